@@ -1,0 +1,409 @@
+"""Pipeline configuration: one YAML file -> one frozen, validated :class:`PipelineConfig`.
+
+Validated once, up front. Every problem raises :class:`ConfigError` naming the file, the dotted
+key, the bad value and what to change, so spark-submit exits non-zero before any Spark work and
+the Airflow DAG factory turns the same message into a DAG import error.
+
+Example::
+
+    cfg = load_pipeline("pipelines/shop_maxwell.yaml")
+    cfg.tables["orders"].keys        # ('id',)
+    cfg.table_path("orders")         # PosixPath('/abs/data/lake/shop_maxwell/orders')
+
+Relative paths are resolved against the YAML file's directory; ``${VAR}`` and ``${VAR:-default}``
+are expanded from the environment first, so one file serves laptops and clusters.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+FORMATS = ("debezium", "maxwell", "canal")
+TRIGGERS = ("available_now", "once")
+ENGINES = ("auto", "deltalake", "delta-spark")
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
+# Spark SQL type names accepted in `types:`; checked here so a typo fails before Spark starts.
+_TYPE_RE = re.compile(
+    r"^(string|boolean|tinyint|smallint|int|integer|bigint|float|double|date|timestamp|binary"
+    r"|decimal\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\))$",
+    re.IGNORECASE,
+)
+DEFAULT_DELTA_PACKAGES = "io.delta:delta-spark_2.13:4.4.1"
+
+
+class ConfigError(ValueError):
+    """A pipeline config problem, located by file and dotted key."""
+
+    def __init__(self, file: str | os.PathLike[str], key: str, message: str) -> None:
+        self.file = str(file)
+        self.key = key
+        self.message = message
+        super().__init__(f"{self.file}: {key}: {message}" if key else f"{self.file}: {message}")
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One replicated source table and its Delta target."""
+
+    name: str
+    source_table: str
+    database: str | None
+    keys: tuple[str, ...]
+    columns: tuple[str, ...] | None
+    exclude_columns: tuple[str, ...]
+    types: dict[str, str]
+    scd: Literal[1, 2]
+    path: Path
+
+
+@dataclass(frozen=True)
+class DeltaSparkSettings:
+    packages: str
+    repositories: str | None
+    jars_dir: Path | None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: Literal["none", "cron", "interval", "assets"]
+    cron: str | None = None
+    interval: timedelta | None = None
+    assets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything one pipeline run needs; built only by :func:`load_pipeline`."""
+
+    file: Path
+    name: str
+    description: str
+    owner: str
+    tags: tuple[str, ...]
+    schedule: Schedule
+    start_date: str
+    retries: int
+    source_format: Literal["debezium", "maxwell", "canal"]
+    landing_path: Path
+    source_database: str | None
+    file_glob: str | None
+    max_files_per_trigger: int
+    max_bytes_per_trigger: int | None
+    trigger: Literal["available_now", "once"]
+    lake_root: Path
+    checkpoint_path: Path
+    quarantine_path: Path
+    ddl_log_path: Path
+    runs_path: Path
+    engine: Literal["auto", "deltalake", "delta-spark"]
+    delta_spark: DeltaSparkSettings
+    spark_conf: dict[str, str]
+    infer_temporal: bool
+    tables: dict[str, TableConfig]
+    ignore_tables: tuple[str, ...] = field(default=())
+
+    def table_path(self, table: str) -> Path:
+        return self.tables[table].path
+
+    def tombstone_path(self, table: str) -> Path:
+        """Side table of deleted keys (SCD1), so late events never resurrect a delete."""
+        return self.lake_root / "_tombstones" / table
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """Folders this pipeline may read or write; params must stay inside them."""
+        return (self.landing_path, self.lake_root, self.checkpoint_path.parent)
+
+
+def _expand_env(value: Any, file: Path, key: str) -> Any:
+    if isinstance(value, str):
+        def repl(m: re.Match[str]) -> str:
+            var, default = m.group(1), m.group(2)
+            if var in os.environ:
+                return os.environ[var]
+            if default is not None:
+                return default
+            raise ConfigError(file, key, f"environment variable ${{{var}}} is not set "
+                              f"(set it or write ${{{var}:-default}})")
+        return _ENV_RE.sub(repl, value)
+    if isinstance(value, dict):
+        return {k: _expand_env(v, file, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, file, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+class _Reader:
+    """Typed accessors over the raw mapping; each error names file and dotted key."""
+
+    def __init__(self, file: Path, raw: dict[str, Any], prefix: str = "") -> None:
+        self.file, self.raw, self.prefix = file, raw, prefix
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def fail(self, name: str, message: str) -> ConfigError:
+        return ConfigError(self.file, self.key(name), message)
+
+    def check_known(self, allowed: set[str]) -> None:
+        for k in self.raw:
+            if k not in allowed:
+                raise self.fail(str(k), f"unknown key {k!r}; allowed: {', '.join(sorted(allowed))}")
+
+    def section(self, name: str, required: bool = False) -> _Reader:
+        v = self.raw.get(name)
+        if v is None:
+            if required:
+                raise self.fail(name, "is required")
+            v = {}
+        if not isinstance(v, dict):
+            raise self.fail(name, f"expected a mapping, got {v!r}")
+        return _Reader(self.file, v, self.key(name))
+
+    def str(self, name: str, default: str | None = None, required: bool = False) -> str | None:
+        v = self.raw.get(name, default)
+        if v is None:
+            if required:
+                raise self.fail(name, "is required")
+            return None
+        if not isinstance(v, str) or not v.strip():
+            raise self.fail(name, f"expected a non-empty string, got {v!r}")
+        return v
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        v = self.raw.get(name, default)
+        if v not in choices:
+            raise self.fail(name, f"unknown value {v!r}; expected one of: {', '.join(choices)}")
+        return v
+
+    def int(self, name: str, default: int | None, minimum: int = 1) -> int | None:
+        v = self.raw.get(name, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise self.fail(name, f"expected an integer >= {minimum}, got {v!r}")
+        return v
+
+    def bool(self, name: str, default: bool) -> bool:
+        v = self.raw.get(name, default)
+        if not isinstance(v, bool):
+            raise self.fail(name, f"expected true or false, got {v!r}")
+        return v
+
+    def names(self, name: str, default: tuple[str, ...] | None = None,
+              non_empty: bool = False) -> tuple[str, ...] | None:
+        v = self.raw.get(name)
+        if v is None:
+            return default
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise self.fail(name, f"expected a list of names, got {v!r}")
+        if non_empty and not v:
+            raise self.fail(name, "must not be empty")
+        if len(set(v)) != len(v):
+            raise self.fail(name, f"has duplicates: {v!r}")
+        return tuple(v)
+
+    def path(self, name: str, default: Path | None = None, required: bool = False) -> Path | None:
+        v = self.str(name, required=required)
+        if v is None:
+            return default
+        p = Path(v).expanduser()
+        return (p if p.is_absolute() else (self.file.parent / p)).resolve()
+
+
+def _parse_schedule(r: _Reader) -> Schedule:
+    v = r.raw.get("schedule")
+    if v is None:
+        return Schedule("none")
+    if isinstance(v, str):
+        if v.startswith("@") or len(v.split()) in (5, 6):
+            return Schedule("cron", cron=v)
+        raise r.fail("schedule", f"{v!r} is not a cron expression or preset like '@hourly'")
+    if isinstance(v, dict) and set(v) == {"every"}:
+        m = _DURATION_RE.match(str(v["every"]).strip())
+        if not m:
+            raise r.fail("schedule.every", f"expected a duration like '30m', '2h', '1d', got {v['every']!r}")
+        n, unit = int(m.group(1)), m.group(2)
+        return Schedule("interval", interval=timedelta(**{
+            {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n}))
+    if isinstance(v, dict) and set(v) == {"assets"}:
+        assets = v["assets"]
+        if not isinstance(assets, list) or not assets or not all(isinstance(a, str) for a in assets):
+            raise r.fail("schedule.assets", f"expected a non-empty list of asset URIs, got {assets!r}")
+        return Schedule("assets", assets=tuple(assets))
+    raise r.fail("schedule", f"expected a cron string, {{every: 30m}} or {{assets: [...]}}, got {v!r}")
+
+
+def _parse_table(r: _Reader, name: str, source_format: str, default_db: str | None,
+                 lake_root: Path) -> TableConfig:
+    if not NAME_RE.match(name):
+        raise ConfigError(r.file, r.prefix, f"table name {name!r} must match {NAME_RE.pattern}")
+    r.check_known({"source_table", "database", "keys", "columns", "exclude_columns", "types",
+                   "scd", "path"})
+    keys = r.names("keys", default=(), non_empty=True) or ()
+    if not keys and source_format == "debezium":
+        raise r.fail("keys", "is required for debezium: its JSON envelope carries no primary-key "
+                     "names (set e.g. keys: [id])")
+    columns = r.names("columns")
+    exclude = r.names("exclude_columns", default=()) or ()
+    if columns is not None:
+        missing = [k for k in keys if k not in columns]
+        if missing:
+            raise r.fail("columns", f"must include the key columns {missing!r}")
+    if any(k in exclude for k in keys):
+        raise r.fail("exclude_columns", f"cannot exclude key columns {keys!r}")
+    types_raw = r.raw.get("types") or {}
+    if not isinstance(types_raw, dict):
+        raise r.fail("types", f"expected a mapping column -> Spark type, got {types_raw!r}")
+    types: dict[str, str] = {}
+    for col, t in types_raw.items():
+        if not isinstance(t, str) or not _TYPE_RE.match(t.strip()):
+            raise r.fail(f"types.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
+                         "bigint, string, decimal(10,2), date, timestamp")
+        types[str(col)] = t.strip().lower().replace(" ", "")
+    scd = r.raw.get("scd", 1)
+    if scd not in (1, 2):
+        raise r.fail("scd", f"expected 1 or 2, got {scd!r}")
+    return TableConfig(
+        name=name,
+        source_table=r.str("source_table", default=name) or name,
+        database=r.str("database", default=default_db),
+        keys=keys,
+        columns=columns,
+        exclude_columns=exclude,
+        types=types,
+        scd=scd,
+        path=r.path("path", default=lake_root / name) or lake_root / name,
+    )
+
+
+def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
+    """Load and validate one pipeline YAML file.
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or a key is missing/unknown/invalid.
+    """
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ConfigError(file, "", "pipeline config file not found")
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(file, "", f"not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "", f"expected a mapping at top level, got {type(raw).__name__}")
+    raw = _expand_env(raw, file, "")
+    r = _Reader(file, raw)
+    r.check_known({"pipeline", "description", "owner", "tags", "schedule", "start_date", "retries",
+                   "source", "trigger", "storage", "engine", "spark", "tables", "ignore_tables",
+                   "infer_temporal"})
+    name = r.str("pipeline", required=True)
+    assert name is not None
+    if not NAME_RE.match(name):
+        raise r.fail("pipeline", f"{name!r} must match {NAME_RE.pattern} (it becomes the DAG id)")
+
+    src = r.section("source", required=True)
+    src.check_known({"format", "path", "database", "glob", "max_files_per_trigger",
+                     "max_bytes_per_trigger"})
+    fmt = src.choice("format", FORMATS, default="")
+    landing = src.path("path", required=True)
+    storage = r.section("storage", required=True)
+    storage.check_known({"root", "checkpoint", "quarantine", "ddl_log", "runs"})
+    root = storage.path("root", required=True)
+    assert landing is not None and root is not None
+
+    eng = r.section("engine")
+    eng.check_known({"name", "delta_spark"})
+    ds = eng.section("delta_spark")
+    ds.check_known({"packages", "repositories", "jars_dir"})
+    spark = r.section("spark")
+    spark.check_known({"conf"})
+    spark_conf = spark.raw.get("conf") or {}
+    if not isinstance(spark_conf, dict):
+        raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
+
+    tables_raw = r.raw.get("tables")
+    if not isinstance(tables_raw, dict) or not tables_raw:
+        raise r.fail("tables", "expected a non-empty mapping of table name -> settings")
+    source_db = src.str("database")
+    tables: dict[str, TableConfig] = {}
+    seen_sources: dict[tuple[str | None, str], str] = {}
+    for tname, traw in tables_raw.items():
+        tr = _Reader(file, traw or {}, f"tables.{tname}")
+        if traw is not None and not isinstance(traw, dict):
+            raise tr.fail("", f"expected a mapping, got {traw!r}")
+        t = _parse_table(tr, str(tname), fmt, source_db, root)
+        ident = (t.database, t.source_table)
+        if ident in seen_sources:
+            raise tr.fail("source_table", f"{t.database}.{t.source_table} is already replicated by "
+                          f"tables.{seen_sources[ident]}")
+        seen_sources[ident] = t.name
+        tables[t.name] = t
+    paths = [t.path for t in tables.values()]
+    if len(set(paths)) != len(paths):
+        raise r.fail("tables", "two tables share one target path")
+
+    max_files = src.int("max_files_per_trigger", default=1000)
+    assert max_files is not None
+    return PipelineConfig(
+        file=file,
+        name=name,
+        description=r.str("description", default="") or "",
+        owner=r.str("owner", default="data-engineering") or "data-engineering",
+        tags=r.names("tags", default=()) or (),
+        schedule=_parse_schedule(r),
+        start_date=str(r.raw.get("start_date", "2026-01-01")),
+        retries=r.int("retries", default=2, minimum=0) or 0,
+        source_format=fmt,  # type: ignore[arg-type]
+        landing_path=landing,
+        source_database=source_db,
+        file_glob=src.str("glob"),
+        max_files_per_trigger=max_files,
+        max_bytes_per_trigger=src.int("max_bytes_per_trigger", default=None),
+        trigger=r.choice("trigger", TRIGGERS, default="available_now"),  # type: ignore[arg-type]
+        lake_root=root,
+        checkpoint_path=storage.path("checkpoint", default=root / "_checkpoints" / name),  # type: ignore[arg-type]
+        quarantine_path=storage.path("quarantine", default=root / "_quarantine"),  # type: ignore[arg-type]
+        ddl_log_path=storage.path("ddl_log", default=root / "_ddl_log"),  # type: ignore[arg-type]
+        runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type]
+        engine=eng.choice("name", ENGINES, default="auto"),  # type: ignore[arg-type]
+        delta_spark=DeltaSparkSettings(
+            packages=ds.str("packages", default=DEFAULT_DELTA_PACKAGES) or DEFAULT_DELTA_PACKAGES,
+            repositories=ds.str("repositories"),
+            jars_dir=ds.path("jars_dir"),
+        ),
+        spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+        infer_temporal=r.bool("infer_temporal", default=True),
+        tables=tables,
+        ignore_tables=r.names("ignore_tables", default=()) or (),
+    )
+
+
+def load_all(directory: str | os.PathLike[str]) -> tuple[list[PipelineConfig], list[ConfigError]]:
+    """Load every ``*.yaml``/``*.yml`` in a folder; broken files are returned, not skipped silently."""
+    ok: list[PipelineConfig] = []
+    bad: list[ConfigError] = []
+    files = sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")])
+    for f in files:
+        try:
+            ok.append(load_pipeline(f))
+        except ConfigError as e:
+            bad.append(e)
+    names: dict[str, Path] = {}
+    for cfg in list(ok):
+        if cfg.name in names:
+            bad.append(ConfigError(cfg.file, "pipeline", f"duplicate pipeline name {cfg.name!r} "
+                                   f"(also in {names[cfg.name]})"))
+            ok.remove(cfg)
+        else:
+            names[cfg.name] = cfg.file
+    return ok, bad
