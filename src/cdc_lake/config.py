@@ -170,11 +170,11 @@ class _Reader:
         return _Reader(self.file, v, self.key(name))
 
     def str(self, name: str, default: str | None = None, required: bool = False) -> str | None:
-        v = self.raw.get(name, default)
-        if v is None:
+        if self.raw.get(name) is None:
             if required:
                 raise self.fail(name, "is required")
-            return None
+            return default
+        v = self.raw[name]
         if not isinstance(v, str) or not v.strip():
             raise self.fail(name, f"expected a non-empty string, got {v!r}")
         return v

@@ -1,0 +1,70 @@
+"""spark-submit entry point: one pipeline run (availableNow/once), then exit.
+
+    spark-submit spark_jobs/cdc_ingest.py --pipeline pipelines/shop_maxwell.yaml --run-id r1
+
+Exit codes: 0 ok, 2 config/argument error, 75 pipeline locked by another run, 1 other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+
+EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED = 2, 75, 1
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    p.add_argument("--run-id", default=None, help="run id (Airflow passes its run_id)")
+    p.add_argument("--tables", default=None, help="comma-separated table subset (full refresh)")
+    p.add_argument("--max-files-per-trigger", type=_positive_int, default=None)
+    p.add_argument("--full-refresh", action="store_true")
+    args = p.parse_args(argv)
+
+    from cdc_lake.checkpoint import PipelineLocked
+    from cdc_lake.config import ConfigError, load_pipeline
+
+    try:
+        cfg = load_pipeline(args.pipeline)
+        tables = [t for t in (args.tables or "").split(",") if t] or None
+        from cdc_lake.job import SUMMARY_PREFIX, run_pipeline
+
+        summary = run_pipeline(cfg, run_id=args.run_id, tables=tables,
+                               max_files_per_trigger=args.max_files_per_trigger,
+                               full_refresh=args.full_refresh)
+    except ConfigError as e:
+        print(f"[cdc] CONFIG ERROR: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    except PipelineLocked as e:
+        print(f"[cdc] PIPELINE LOCKED: {e}", file=sys.stderr, flush=True)
+        return EXIT_LOCKED
+    except Exception:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
+        traceback.print_exc()
+        print("[cdc] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    print(_human(summary), flush=True)
+    print(SUMMARY_PREFIX + json.dumps(summary, default=str), flush=True)
+    return 0
+
+
+def _human(s: dict) -> str:
+    lines = [f"[cdc] pipeline {s['pipeline']} run {s['run_id']}: {s['batches']} batch(es) "
+             f"{s['batch_ids']}, {s['events_read']} events read, {s['quarantined']} quarantined, "
+             f"{s['ddl_events']} DDL, engine {s['engine']}, {s['duration_s']} s"]
+    for name, t in s["tables"].items():
+        lines.append(f"[cdc]   {name:<16} +{t['inserted']} ~{t['updated']} -{t['deleted']} "
+                     f"-> Delta version {t['delta_version']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""``CdcSparkSubmitOperator``: one pipeline run = one spark-submit of ``spark_jobs/cdc_ingest.py``.
+
+How a pipeline config maps to spark-submit (all built here, from the frozen ``PipelineConfig``):
+
+==============================  ===========================================================
+spark-submit                    from
+==============================  ===========================================================
+``--master`` (+ deploy mode)    Airflow connection ``conn_id`` (default ``spark_default``;
+                                ``local[*]`` when it is not defined)
+application                     ``<repo>/spark_jobs/cdc_ingest.py``
+application args                ``--pipeline <yaml> --run-id {{ run_id }}`` + validated params
+``--conf``                      ``spark.conf`` of the YAML, ``spark.sql.session.timeZone=UTC``
+                                (always), ``spark.pyspark.python`` = this Python unless set;
+                                engine ``delta-spark`` also gets the Delta SQL extension/catalog
+``--packages/--repositories``   ``engine.delta_spark`` (engine ``delta-spark`` only)
+``--jars``                      every ``*.jar`` in ``engine.delta_spark.jars_dir`` (instead of
+                                ``--packages``, for machines without Maven access)
+==============================  ===========================================================
+
+Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
+
+* ``0``: success; the run summary ``<storage.runs>/<pipeline>/<run id>.json`` is logged and
+  returned (XCom ``return_value``); each table's Asset event carries its metrics as ``extra``.
+* ``75`` (another run holds the pipeline lock): the task is **skipped** - the holder is already
+  processing the pipeline, nothing was written, no Asset event. If the run asked for something
+  specific (``tables`` or ``full_refresh``) it **fails without retry** instead, so the request is
+  not silently dropped.
+* ``2`` (config or argument error): fails without retry (a retry would fail the same way).
+* anything else: fails; Airflow retries with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from cdc_lake.airflow import REPO_ROOT
+from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
+from cdc_lake.airflow.params import RunParams, validate_run_params
+from cdc_lake.config import PipelineConfig
+from cdc_lake.runids import run_summary_path
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+JOB_SCRIPT = REPO_ROOT / "spark_jobs" / "cdc_ingest.py"
+EXIT_CONFIG_ERROR = 2
+EXIT_LOCK_HELD = 75
+DELTA_SQL_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def table_asset(path: Path) -> Asset:
+    """The Airflow Asset of a Delta table folder: URI ``file:///abs/path`` (name = URI).
+
+    Downstream DAGs schedule on ``Asset("file:///abs/path")`` - the same name and URI.
+    """
+    return Asset(path.resolve().as_uri())
+
+
+class CdcSparkSubmitOperator(SparkSubmitOperator):
+    """Run one CDC pipeline with spark-submit and return its run summary.
+
+    Args:
+        pipeline: the validated pipeline config (``cdc_lake.config.load_pipeline``).
+        conn_id: Airflow Spark connection; ``local[*]`` if it is not defined.
+        application: job script (default ``<repo>/spark_jobs/cdc_ingest.py``).
+        **kwargs: any other ``SparkSubmitOperator`` / ``BaseOperator`` argument.
+
+    Example::
+
+        CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline("pipelines/shop_maxwell.yaml"))
+    """
+
+    ui_color = "#c9e4f6"
+
+    def __init__(self, *, pipeline: PipelineConfig, conn_id: str = DEFAULT_CONN_ID,
+                 application: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("name", f"cdc_lake-{pipeline.name}")
+        kwargs.setdefault("outlets", [table_asset(p) for p in _output_paths(pipeline)])
+        super().__init__(
+            application=application or str(JOB_SCRIPT),
+            application_args=["--pipeline", str(pipeline.file), "--run-id", "{{ run_id }}"],
+            conf=_build_conf(pipeline),
+            conn_id=conn_id,
+            **_build_delta_jars(pipeline),
+            **kwargs,
+        )
+        self.pipeline = pipeline
+        self._run_params = RunParams()
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        """Validate params, spark-submit, map the exit code, return the run summary."""
+        self._run_params = validate_run_params(context["params"], table_names=list(self.pipeline.tables))
+        run_id = context["run_id"]
+        if run_id.startswith("-"):  # would read as an option of the job's CLI
+            raise AirflowFailException(f"Run id {run_id!r} starts with '-'; use a run id that does not")
+        self.log.info("Pipeline %s, run %s, params %s", self.pipeline.name, run_id, self._run_params)
+        try:
+            super().execute(context)
+        except AirflowException as e:
+            self._raise_for_exit_code(e)
+            raise
+        summary = self._read_summary(run_id)
+        if summary is not None:
+            self.log.info("%s", format_summary(summary))
+            self._annotate_asset_events(context, summary)
+        return summary
+
+    def _get_hook(self) -> CdcSparkSubmitHook:
+        return CdcSparkSubmitHook(
+            conf=self.conf,
+            conn_id=self._conn_id,
+            files=self.files,
+            py_files=self.py_files,
+            archives=self._archives,
+            driver_class_path=self.driver_class_path,
+            jars=self.jars,
+            java_class=self._java_class,
+            packages=self.packages,
+            exclude_packages=self.exclude_packages,
+            repositories=self._repositories,
+            total_executor_cores=self._total_executor_cores,
+            executor_cores=self._executor_cores,
+            executor_memory=self._executor_memory,
+            driver_memory=self._driver_memory,
+            keytab=self.keytab,
+            principal=self.principal,
+            proxy_user=self.proxy_user,
+            name=self.name,
+            num_executors=self._num_executors,
+            status_poll_interval=self._status_poll_interval,
+            application_args=[*(self.application_args or []), *self._run_params.to_cli_args()],
+            env_vars=self.env_vars,
+            verbose=self._verbose,
+            spark_binary=self._spark_binary,
+            properties_file=self.properties_file,
+            yarn_queue=self._yarn_queue,
+            deploy_mode=self._deploy_mode,
+            use_krb5ccache=self._use_krb5ccache,
+            post_submit_commands=self.post_submit_commands,
+            track_driver_via_k8s_api=self._track_driver_via_k8s_api,
+            yarn_track_via_rm_api=self._yarn_track_via_rm_api,
+            yarn_rm_auth=self._yarn_rm_auth,
+        )
+
+    def _raise_for_exit_code(self, error: AirflowException) -> None:
+        hook = self._hook
+        code = hook.returncode if isinstance(hook, CdcSparkSubmitHook) else None
+        if code == EXIT_LOCK_HELD:
+            holder = _lock_lines(hook.output_tail) if isinstance(hook, CdcSparkSubmitHook) else ""
+            message = (f"Pipeline {self.pipeline.name!r} is locked by another run (job exit code 75); "
+                       f"nothing was written by this run.{holder}")
+            if self._run_params.requests_action:
+                raise AirflowFailException(
+                    f"{message} This run asked for {self._run_params.to_cli_args()} - trigger it again "
+                    "when the other run has finished.") from error
+            raise AirflowSkipException(f"{message} Skipped: the lock holder is processing the pipeline.") \
+                from error
+        if code == EXIT_CONFIG_ERROR:
+            raise AirflowFailException(
+                f"Pipeline {self.pipeline.name!r}: the job rejected its config or arguments (exit code 2); "
+                f"not retrying. {error}") from error
+
+    def _read_summary(self, run_id: str) -> dict[str, Any] | None:
+        path = run_summary_path(self.pipeline.runs_path, self.pipeline.name, run_id)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.log.warning("The job succeeded but wrote no run summary at %s (is storage.runs on storage "
+                             "this worker can read?)", path)
+        except (OSError, ValueError) as e:
+            self.log.warning("Could not read run summary %s: %s", path, e)
+        return None
+
+    def _annotate_asset_events(self, context: Context, summary: dict[str, Any]) -> None:
+        """Attach each table's metrics to its Asset event (downstream DAGs read them as ``extra``)."""
+        events = context.get("outlet_events")
+        if events is None:
+            return
+        common = {"pipeline": self.pipeline.name, "run_id": summary.get("run_id")}
+        tables = summary.get("tables") or {}
+        for name, table in self.pipeline.tables.items():
+            metrics = tables.get(name)
+            if isinstance(metrics, dict):
+                events[table_asset(table.path)].extra = {**common, **_json_scalars(metrics)}
+        events[table_asset(self.pipeline.quarantine_path)].extra = {
+            **common, **_json_scalars({"quarantined": summary.get("quarantined"),
+                                       "delta_version": summary.get("quarantine_version")})}
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """One readable block for the task log.
+
+    Example::
+
+        CDC run shop_maxwell / manual__2026-11-21T12:00:00+00:00: succeeded in 4.2 s (engine deltalake)
+          batches 2 [3, 4], events 1234, quarantined 3, DDL 1, skipped lines 0
+          orders       +10 ~4 -1  delta v7
+    """
+    lines = [
+        f"CDC run {summary.get('pipeline')} / {summary.get('run_id')}: {summary.get('status')} "
+        f"in {summary.get('duration_s')} s (engine {summary.get('engine')})"
+        + (" [full refresh]" if summary.get("full_refresh") else ""),
+        f"  batches {summary.get('batches')} {summary.get('batch_ids', [])}, "
+        f"events {summary.get('events_read')}, quarantined {summary.get('quarantined')}, "
+        f"DDL {summary.get('ddl_events')}, skipped lines {summary.get('skipped_lines')}",
+    ]
+    tables = summary.get("tables") or {}
+    width = max((len(t) for t in tables), default=0)
+    for name, m in sorted(tables.items()):
+        lines.append(f"  {name:<{width}}  +{m.get('inserted', 0)} ~{m.get('updated', 0)} "
+                     f"-{m.get('deleted', 0)}  delta v{m.get('delta_version')}")
+    return "\n".join(lines)
+
+
+def _output_paths(cfg: PipelineConfig) -> list[Path]:
+    """Delta tables this pipeline writes that other DAGs may schedule on: targets and quarantine."""
+    return [*(t.path for t in cfg.tables.values()), cfg.quarantine_path]
+
+
+def _build_conf(cfg: PipelineConfig) -> dict[str, str]:
+    conf = dict(cfg.spark_conf)
+    if cfg.engine == "delta-spark":
+        for key, value in DELTA_SQL_CONF.items():
+            conf.setdefault(key, value)
+    conf.setdefault("spark.pyspark.python", sys.executable)
+    conf["spark.sql.session.timeZone"] = "UTC"  # the Delta tables' timestamps are UTC by contract
+    return conf
+
+
+def _build_delta_jars(cfg: PipelineConfig) -> dict[str, str | None]:
+    """``packages``/``repositories`` or ``jars`` for engine ``delta-spark``; nothing otherwise."""
+    if cfg.engine != "delta-spark":
+        return {}
+    ds = cfg.delta_spark
+    if ds.jars_dir is not None:
+        jars = sorted(str(p) for p in ds.jars_dir.glob("*.jar"))
+        return {"jars": ",".join(jars) or None}
+    return {"packages": ds.packages, "repositories": ds.repositories}
+
+
+def _lock_lines(tail: Sequence[str]) -> str:
+    lines = [line for line in tail if "lock" in line.lower()]
+    return ("\n" + "\n".join(lines[-5:])) if lines else ""
+
+
+def _json_scalars(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if isinstance(v, (str, int, float, bool)) or v is None}

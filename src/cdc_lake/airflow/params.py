@@ -1,0 +1,163 @@
+"""Run parameters of a pipeline DAG, validated twice before anything reaches spark-submit.
+
+1. JSON schema: :func:`build_params` returns Airflow ``Param`` s, so the trigger form renders typed
+   fields and the API refuses a bad ``conf`` (HTTP 400) before a run is even created.
+2. Python: :func:`validate_run_params` checks the resolved values again inside the task (a run
+   can reach the task without the form, and ``conf`` keys the DAG does not declare are not
+   schema-checked at all) and is the only way to get the job's CLI arguments.
+
+=========================  ==========================  =====================================
+param                      accepted                    job argument
+=========================  ==========================  =====================================
+``tables``                 list of configured tables   ``--tables a,b`` (empty list: all)
+``max_files_per_trigger``  null or integer 1..100000   ``--max-files-per-trigger N``
+``full_refresh``           boolean                     ``--full-refresh`` when true
+=========================  ==========================  =====================================
+
+Strict on purpose: ``"10"`` is not an integer, ``"true"`` is not a boolean, a table must be one
+the pipeline configures *and* match ``^[A-Za-z_][A-Za-z0-9_]*$``.
+
+Example::
+
+    params = build_params(["orders", "customers"])        # -> DAG(params=params)
+    run = validate_run_params({"tables": ["orders"], "max_files_per_trigger": 5,
+                               "full_refresh": False}, table_names=["orders", "customers"])
+    run.to_cli_args()   # ['--tables', 'orders', '--max-files-per-trigger', '5']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.sdk import Param
+from airflow.sdk.exceptions import AirflowFailException
+
+TABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_FILES_PER_TRIGGER_LIMIT = 100_000
+PARAM_NAMES = ("tables", "max_files_per_trigger", "full_refresh")
+
+
+class InvalidRunParam(AirflowFailException):
+    """A run parameter is unusable. Fails the task at once: a retry would see the same value."""
+
+    def __init__(self, name: str, value: Any, problem: str) -> None:
+        self.name, self.value, self.problem = name, value, problem
+        super().__init__(f"Invalid run parameter {name!r}: {value!r} {problem}")
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """Validated run parameters; build with :func:`validate_run_params`."""
+
+    tables: tuple[str, ...] = ()
+    max_files_per_trigger: int | None = None
+    full_refresh: bool = False
+
+    @property
+    def requests_action(self) -> bool:
+        """True when the run asked for something specific (a table subset or a full refresh)."""
+        return bool(self.tables) or self.full_refresh
+
+    def to_cli_args(self) -> list[str]:
+        """Arguments for ``spark_jobs/cdc_ingest.py`` (see docs/contracts.md)."""
+        args: list[str] = []
+        if self.tables:
+            args += ["--tables", ",".join(self.tables)]
+        if self.max_files_per_trigger is not None:
+            args += ["--max-files-per-trigger", str(self.max_files_per_trigger)]
+        if self.full_refresh:
+            args.append("--full-refresh")
+        return args
+
+
+def build_params(table_names: Sequence[str]) -> dict[str, Param]:
+    """The DAG's ``params``: what the trigger form shows and the API validates.
+
+    Args:
+        table_names: the pipeline's configured table names (the only values ``tables`` accepts).
+    """
+    names = sorted(table_names)
+    return {
+        "tables": Param(
+            [],
+            type="array",
+            title="Tables",
+            description="Process only these tables (empty: all configured tables).",
+            items={"type": "string", "enum": names, "pattern": TABLE_NAME_RE.pattern},
+            uniqueItems=True,
+            examples=names,  # the trigger form renders `examples` of an array as a multi-select
+        ),
+        "max_files_per_trigger": Param(
+            None,
+            type=["null", "integer"],
+            title="Max files per micro-batch",
+            description="Override source.max_files_per_trigger for this run (empty: config value).",
+            minimum=1,
+            maximum=MAX_FILES_PER_TRIGGER_LIMIT,
+        ),
+        "full_refresh": Param(
+            False,
+            type="boolean",
+            title="Full refresh",
+            description="Rebuild the tables and the checkpoint from all landing files.",
+        ),
+    }
+
+
+def validate_run_params(raw: Mapping[str, Any], *, table_names: Sequence[str]) -> RunParams:
+    """Check resolved run parameters again, in Python, and return them typed.
+
+    Args:
+        raw: ``context["params"]`` (DAG params merged with the run's ``conf``).
+        table_names: the pipeline's configured table names.
+
+    Raises:
+        InvalidRunParam: an unknown key, a wrong type, an out-of-range number or a table that is
+            not configured; the message names the parameter and shows the value.
+    """
+    unknown = sorted(str(k) for k in raw if k not in PARAM_NAMES)
+    if unknown:
+        raise InvalidRunParam(unknown[0], raw[unknown[0]],
+                              f"is not a run parameter of this DAG; allowed: {', '.join(PARAM_NAMES)}")
+    return RunParams(
+        tables=_validate_tables(raw.get("tables"), table_names),
+        max_files_per_trigger=_validate_max_files(raw.get("max_files_per_trigger")),
+        full_refresh=_validate_full_refresh(raw.get("full_refresh", False)),
+    )
+
+
+def _validate_tables(value: Any, table_names: Sequence[str]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise InvalidRunParam("tables", value, "must be a list of table names, e.g. [\"orders\"]")
+    allowed = set(table_names)
+    for name in value:
+        if not isinstance(name, str) or not TABLE_NAME_RE.fullmatch(name):
+            raise InvalidRunParam("tables", name, f"is not a table name (must match {TABLE_NAME_RE.pattern})")
+        if name not in allowed:
+            raise InvalidRunParam("tables", name, "is not a configured table of this pipeline; "
+                                  f"expected one of: {', '.join(sorted(allowed))}")
+    if len(set(value)) != len(value):
+        raise InvalidRunParam("tables", value, "lists a table twice")
+    return tuple(value)
+
+
+def _validate_max_files(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRunParam("max_files_per_trigger", value, "must be an integer (not a string or float)")
+    if not 1 <= value <= MAX_FILES_PER_TRIGGER_LIMIT:
+        raise InvalidRunParam("max_files_per_trigger", value,
+                              f"must be between 1 and {MAX_FILES_PER_TRIGGER_LIMIT}")
+    return value
+
+
+def _validate_full_refresh(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRunParam("full_refresh", value, "must be true or false (a JSON boolean)")
+    return value

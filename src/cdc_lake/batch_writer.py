@@ -1,0 +1,260 @@
+"""``foreachBatch`` handler: one parsed micro-batch -> every configured table, exactly once.
+
+Per batch: route events to tables, discover columns/types, send unusable rows to quarantine,
+record DDL, then MERGE each table. Every write carries ``Txn(app_id, batch_id)``; when Spark
+replays a batch after a crash (offset logged, commit not), writes that already landed are
+skipped table by table, and the rest are done — so all tables converge, none twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_lake import changes as ch
+from cdc_lake.column_types import DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn, resolve
+from cdc_lake.config import PipelineConfig
+from cdc_lake.engines import Engine, Txn, WriteResult
+
+UNKNOWN = "__unknown__"
+IGNORED = "__ignored__"
+UNSELECTED = "__unselected__"
+CRASH_ENV = "CDC_CRASH_AT"  # fault injection for tests: SIGKILL this driver at a named point
+
+
+@dataclass
+class TableStats:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    changes: int = 0
+    rejected: int = 0
+    delta_version: int | None = None
+    skipped_batches: int = 0
+
+
+@dataclass
+class RunStats:
+    batch_ids: list[int] = field(default_factory=list)
+    events: int = 0
+    rows: int = 0
+    quarantined: int = 0
+    ddl_events: int = 0
+    skipped_lines: int = 0
+    ignored: int = 0
+    quarantine_version: int | None = None
+    ddl_log_version: int | None = None
+    tables: dict[str, TableStats] = field(default_factory=dict)
+    batch_seconds: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Where this run writes each table (the real path, or a staging path for a full refresh)."""
+
+    tables: dict[str, Path]
+    tombstones: dict[str, Path]
+    write_side_tables: bool  # quarantine + DDL log (not during a full refresh: already recorded)
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        print(f"[cdc] fault injection: SIGKILL at {name}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def route(cfg: PipelineConfig, selected: set[str]) -> Column:
+    """Column naming each event's target table (or UNKNOWN / IGNORED / UNSELECTED)."""
+    expr = None
+    for t in cfg.tables.values():
+        cond = F.col("tbl") == t.source_table
+        if t.database:
+            cond = cond & (F.col("db") == t.database)
+        name = t.name if t.name in selected else UNSELECTED
+        expr = F.when(cond, name) if expr is None else expr.when(cond, name)
+    for ig in cfg.ignore_tables:
+        db, _, tbl = ig.rpartition(".")
+        cond = F.col("tbl") == tbl
+        if db:
+            cond = cond & (F.col("db") == db)
+        expr = expr.when(cond, IGNORED)  # type: ignore[union-attr]
+    return expr.otherwise(UNKNOWN)  # type: ignore[union-attr]
+
+
+def align(df: DataFrame, target: StructType | None) -> DataFrame:
+    """Give ``df`` every column of the target table (missing ones null) in the table's types."""
+    if target is None:
+        return df
+    have = set(df.columns)
+    cols = [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) if f.name in have
+            else F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields]
+    extra = [F.col(f"`{c}`") for c in df.columns if c not in {f.name for f in target.fields}]
+    return df.select(*cols, *extra)
+
+
+class BatchWriter:
+    def __init__(self, cfg: PipelineConfig, engine: Engine, *, app_id: str, run_id: str,
+                 selected: set[str], targets: Targets, stats: RunStats) -> None:
+        self.cfg, self.engine, self.app_id, self.run_id = cfg, engine, app_id, run_id
+        self.selected, self.targets, self.stats = selected, targets, stats
+        self._route = route(cfg, selected)
+
+    # -- discovery ---------------------------------------------------------------------------
+    def _observe(self, ev: DataFrame, view: str) -> tuple[dict[str, dict[str, ObservedColumn]],
+                                                         dict[str, list[str]]]:
+        spark = ev.sparkSession
+        ev.createOrReplaceTempView(view)
+        date_re, ts_re = (r.replace("\\", "\\\\") for r in (DATE_RE, TIMESTAMP_RE))  # SQL literal
+        rows = spark.sql(f"""
+            SELECT e._target AS target, x.key AS col, schema_of_variant_agg(x.value) AS vtype,
+                   first(e.type_hints[x.key], true) AS hint,
+                   bool_and(is_variant_null(x.value)
+                            OR coalesce(try_variant_get(x.value, '$', 'string') RLIKE '{date_re}', false)) AS d,
+                   bool_and(is_variant_null(x.value)
+                            OR coalesce(try_variant_get(x.value, '$', 'string') RLIKE '{ts_re}', false)) AS ts
+            FROM {view} e, LATERAL variant_explode(e.row) x
+            WHERE e._kind = 'row' AND e._error IS NULL AND e._target NOT LIKE '\\_\\_%'
+            GROUP BY e._target, x.key""").collect()
+        observed: dict[str, dict[str, ObservedColumn]] = {}
+        for r in rows:
+            observed.setdefault(r.target, {})[r.col] = ObservedColumn(
+                r.col, r.vtype or "VOID", r.hint, bool(r.d), bool(r.ts))
+        pks = spark.sql(f"""
+            SELECT _target AS target, first(pk_names, true) AS pk FROM {view}
+            WHERE _kind = 'row' AND _error IS NULL AND _target NOT LIKE '\\_\\_%'
+            GROUP BY _target""").collect()
+        spark.catalog.dropTempView(view)
+        return observed, {r.target: list(r.pk or []) for r in pks}
+
+    def _plan(self, name: str, observed: dict[str, ObservedColumn], pk: list[str],
+              existing: StructType | None) -> ch.TablePlan | str:
+        """The table's plan, or the reason its rows must be quarantined."""
+        t = self.cfg.tables[name]
+        meta = set(ch.META) | set(ch.SCD2_META)
+        existing_types = {f.name: f.dataType.simpleString() for f in (existing.fields if existing else [])
+                          if f.name not in meta}
+        keys = t.keys or tuple(pk)
+        if not keys:
+            return (f"no primary key for table {name}: the events carry none; "
+                    f"set tables.{name}.keys in {self.cfg.file.name}")
+        candidates = list(existing_types) + sorted(c for c in observed if c not in existing_types)
+        for k in keys:
+            if k not in candidates:
+                candidates.append(k)
+        if t.columns is not None:
+            candidates = [c for c in candidates if c in t.columns]
+        candidates = [c for c in candidates if c not in t.exclude_columns and c not in meta]
+        columns: dict[str, ColumnType] = {}
+        for c in candidates:
+            obs = observed.get(c) or ObservedColumn(c, "VOID", None, False, False)
+            ct = resolve(obs, configured=t.types.get(c), existing=existing_types.get(c),
+                         fmt=self.cfg.source_format, infer_temporal=self.cfg.infer_temporal)
+            if ct is None and c in keys:
+                ct = ColumnType("string")
+            if ct is not None:
+                columns[c] = ct
+        return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd)
+
+    # -- writes --------------------------------------------------------------------------------
+    def _write_table(self, plan: ch.TablePlan, changes: DataFrame, txn: Txn,
+                     existing: StructType | None) -> WriteResult:
+        path = str(self.targets.tables[plan.name])
+        if plan.scd == 2:
+            rows = ch.scd2_rows(changes, plan.keys, self.engine.read(path))
+            return self.engine.merge(path, align(rows, existing), ch.scd2_spec(plan.keys), txn=txn)
+        tomb_path = str(self.targets.tombstones[plan.name])
+        source = ch.scd1_source(changes, plan.keys, self.engine.read(tomb_path)).persist()
+        try:
+            result = self.engine.merge(path, align(source, existing), ch.scd1_spec(plan.keys), txn=txn)
+            self.engine.merge(tomb_path, ch.tombstone_source(source, plan.keys),
+                              ch.tombstone_spec(plan.keys), txn=txn)
+        finally:
+            source.unpersist()
+        return result
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        _crash_point("batch_start")
+        txn = Txn(self.app_id, batch_id)
+        ev = batch.withColumn("_target", self._route).persist()
+        try:
+            self._process(ev, batch_id, txn)
+        finally:
+            ev.unpersist()
+        self.stats.batch_ids.append(batch_id)
+        self.stats.batch_seconds.append(round(time.monotonic() - started, 3))
+        _crash_point("before_commit")
+
+    def _process(self, ev: DataFrame, batch_id: int, txn: Txn) -> None:
+        counts = ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok")).count().collect()
+        present = sorted({r._target for r in counts if r._kind == "row" and r.ok
+                          and r._target in self.selected})
+        self.stats.events += sum(r["count"] for r in counts)
+        self.stats.rows += sum(r["count"] for r in counts if r._kind == "row")
+        self.stats.skipped_lines += sum(r["count"] for r in counts if r._kind == "skip")
+        self.stats.ignored += sum(r["count"] for r in counts if r._target == IGNORED and r.ok)
+        rejected_parts: list[DataFrame] = [
+            ev.where(F.col("_error").isNotNull()).select("_file", "_line", F.col("_error").alias("reason"),
+                                                         F.col("tbl").alias("source_table")),
+            ev.where(F.col("_error").isNull() & (F.col("_kind") == "row") & (F.col("_target") == UNKNOWN))
+              .select("_file", "_line",
+                      F.concat(F.lit("unknown table "), F.concat_ws(".", "db", "tbl"),
+                               F.lit(f" (not in {self.cfg.file.name}; list it under tables or "
+                                     "ignore_tables)")).alias("reason"),
+                      F.col("tbl").alias("source_table")),
+        ]
+        observed, pks = self._observe(ev, f"cdc_batch_{self.cfg.name}_{batch_id}") if present else ({}, {})
+        work: list[tuple[ch.TablePlan, DataFrame, StructType | None]] = []
+        for name in present:
+            existing = self.engine.schema(str(self.targets.tables[name]))
+            rows = ev.where((F.col("_target") == name) & (F.col("_kind") == "row") & F.col("_error").isNull())
+            plan = self._plan(name, observed.get(name, {}), pks.get(name, []), existing)
+            if isinstance(plan, str):
+                rejected_parts.append(rows.select("_file", "_line", F.lit(plan).alias("reason"),
+                                                  F.col("tbl").alias("source_table")))
+                continue
+            changes, rejected = ch.typed_changes(rows, plan, self.run_id)
+            rejected_parts.append(rejected.select("*", F.lit(name).alias("source_table")))
+            work.append((plan, changes, existing))
+
+        if self.targets.write_side_tables:
+            self._write_side_tables(ev, rejected_parts, batch_id, txn)
+        _crash_point("after_side_tables")
+        for plan, changes, existing in work:
+            result = self._write_table(plan, changes, txn, existing)
+            st = self.stats.tables.setdefault(plan.name, TableStats())
+            st.skipped_batches += int(result.skipped)
+            st.inserted += result.inserted
+            st.updated += result.updated
+            st.deleted += result.deleted
+            st.delta_version = result.version
+            _crash_point(f"after_table:{plan.name}")
+
+    def _write_side_tables(self, ev: DataFrame, rejected_parts: list[DataFrame], batch_id: int,
+                           txn: Txn) -> None:
+        rejected = rejected_parts[0]
+        for part in rejected_parts[1:]:
+            rejected = rejected.unionByName(part)
+        quarantine = rejected.select(
+            F.col("_file").alias("source_file"), F.col("_line").alias("raw_line"), "reason",
+            "source_table", F.lit(self.cfg.name).alias("pipeline"),
+            F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
+            F.current_timestamp().alias("quarantined_at"))
+        q = self.engine.append(str(self.cfg.quarantine_path), quarantine, txn=txn)
+        self.stats.quarantined += int(q.metrics.get("num_added_rows", 0))
+        self.stats.quarantine_version = q.version
+        ddl = ev.where((F.col("_kind") == "ddl") & F.col("_error").isNull()).select(
+            F.col("db").alias("database"), F.col("tbl").alias("table"), "ddl_type",
+            F.col("ddl_sql").alias("sql"), F.col("seq").alias("_cdc_seq"),
+            F.col("commit_ts").alias("_cdc_commit_ts"), F.col("_file").alias("source_file"),
+            F.lit(self.cfg.name).alias("pipeline"), F.lit(self.run_id).alias("run_id"))
+        d = self.engine.append(str(self.cfg.ddl_log_path), ddl, txn=txn)
+        self.stats.ddl_events += int(d.metrics.get("num_added_rows", 0))
+        self.stats.ddl_log_version = d.version

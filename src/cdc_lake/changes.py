@@ -1,0 +1,149 @@
+"""From normalized events of one table to typed change rows, and from those to MERGE sources.
+
+All of it is Spark SQL expressions over the micro-batch (no Python UDFs):
+
+* :func:`typed_changes` decodes every column, splits off rows that must be quarantined
+  (missing key, value not castable) and expands primary-key-changing updates into a delete
+  of the old key plus an upsert of the new key (Maxwell/Canal carry the old key in ``old``).
+* :func:`scd1_source` keeps the latest change per key and drops changes older than the key's
+  tombstone; the MERGE (:func:`scd1_spec`) applies only changes newer than the row's
+  ``_cdc_seq``, so late or repeated events never win over newer state.
+* :func:`scd2_rows` rebuilds the version chain of every touched key (existing versions plus the
+  new ones) so a late event lands in the middle of history with correct validity ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from cdc_lake.column_types import ColumnType, decode, raw_present, variant_path
+from cdc_lake.engines import MergeSpec
+
+META = ("_cdc_op", "_cdc_seq", "_cdc_commit_ts", "_cdc_run_id")
+SCD2_META = ("_valid_from", "_valid_to", "_is_current")
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """How one micro-batch is written to one table: keys and typed columns, in table order."""
+
+    name: str
+    keys: tuple[str, ...]
+    columns: dict[str, ColumnType]
+    scd: int
+
+
+def _a(c: str) -> str:
+    return f"__a_{c}"
+
+
+def _b(c: str) -> str:
+    return f"__b_{c}"
+
+
+def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[DataFrame, DataFrame]:
+    """Return ``(changes, rejected)`` for one table's events.
+
+    ``changes`` has the table's columns plus :data:`META`; ``rejected`` has ``_file``, ``_line``,
+    ``reason``.
+    """
+    row, old = F.col("row"), F.col("old")
+    after = {c: decode(row, c, ct) for c, ct in plan.columns.items()}
+    staged = events.select(
+        "_file", "_line", "op", "seq", "commit_ts", "row", "old",
+        *[after[c].alias(_a(c)) for c in plan.columns],
+    )
+    a = {c: F.col(_a(c)) for c in plan.columns}
+    # Before-image: the old value where the event carries one, else the row's value.
+    before = {c: F.when(F.try_variant_get(old, variant_path(c), "variant").isNotNull(),
+                        decode(old, c, ct)).otherwise(a[c])
+              for c, ct in plan.columns.items()}
+    key_missing = F.lit(False)
+    for k in plan.keys:
+        key_missing = key_missing | a[k].isNull()
+    problems: list[Column] = [F.when(key_missing, F.lit(f"missing key column(s) {list(plan.keys)}"))]
+    for c, ct in plan.columns.items():
+        problems.append(F.when(raw_present(row, c) & a[c].isNull(),
+                               F.concat(F.lit(f"column {c}: value "),
+                                        F.to_json(F.try_variant_get(row, variant_path(c), "variant")),
+                                        F.lit(f" is not a valid {ct.sql}"))))
+    staged = staged.select("*", *[before[c].alias(_b(c)) for c in plan.columns],
+                           F.nullif(F.concat_ws("; ", *problems), F.lit("")).alias("_reason"))
+    rejected = staged.where(F.col("_reason").isNotNull()).select("_file", "_line",
+                                                                  F.col("_reason").alias("reason"))
+    good = staged.where(F.col("_reason").isNull())
+
+    def meta(op: Column, seq_suffix: str) -> list[Column]:
+        return [op.alias("_cdc_op"), F.concat(F.col("seq"), F.lit(seq_suffix)).alias("_cdc_seq"),
+                F.col("commit_ts").alias("_cdc_commit_ts"), F.lit(run_id).alias("_cdc_run_id")]
+
+    upserts = good.select(*[F.col(_a(c)).alias(c) for c in plan.columns], *meta(F.col("op"), ".1"))
+    key_changed = F.col("op") == "update"
+    changed_any = F.lit(False)
+    for k in plan.keys:
+        changed_any = changed_any | ~F.col(_b(k)).eqNullSafe(F.col(_a(k)))
+    old_key_deletes = good.where(key_changed & changed_any).select(
+        *[F.col(_b(c)).alias(c) for c in plan.columns], *meta(F.lit("delete"), ".0"))
+    return upserts.unionByName(old_key_deletes), rejected
+
+
+def latest_per_key(changes: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    w = Window.partitionBy(*keys).orderBy(F.col("_cdc_seq").desc())
+    return changes.withColumn("__rn", F.row_number().over(w)).where("__rn = 1").drop("__rn")
+
+
+def scd1_source(changes: DataFrame, keys: tuple[str, ...], tombstones: DataFrame | None) -> DataFrame:
+    latest = latest_per_key(changes, keys)
+    if tombstones is None:
+        return latest
+    tomb = tombstones.select(*keys, F.col("_cdc_seq").alias("__tomb_seq"))
+    return (latest.join(tomb, list(keys), "left")
+            .where(F.col("__tomb_seq").isNull() | (F.col("_cdc_seq") >= F.col("__tomb_seq")))
+            .drop("__tomb_seq"))
+
+
+def scd1_spec(keys: tuple[str, ...]) -> MergeSpec:
+    return (MergeSpec(on=keys)
+            .when_matched_delete("s._cdc_op = 'delete' AND s._cdc_seq > t._cdc_seq")
+            .when_matched_update_all("s._cdc_op <> 'delete' AND s._cdc_seq > t._cdc_seq")
+            .when_not_matched_insert_all("s._cdc_op <> 'delete'"))
+
+
+def tombstone_source(scd1_latest: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    return scd1_latest.where(F.col("_cdc_op") == "delete").select(*keys, "_cdc_seq")
+
+
+def tombstone_spec(keys: tuple[str, ...]) -> MergeSpec:
+    return (MergeSpec(on=keys).when_matched_update_all("s._cdc_seq > t._cdc_seq")
+            .when_not_matched_insert_all())
+
+
+def scd2_rows(changes: DataFrame, keys: tuple[str, ...], existing: DataFrame | None) -> DataFrame:
+    """Version rows for every key touched by ``changes``, validity recomputed over the full chain."""
+    new = changes.dropDuplicates([*keys, "_cdc_seq"]).withColumn("__src", F.lit(1))
+    if existing is not None:
+        touched = new.select(*keys).distinct()
+        old = (existing.join(touched, list(keys), "left_semi")
+               .drop(*SCD2_META).withColumn("__src", F.lit(0)))
+        new = old.unionByName(new, allowMissingColumns=True)
+    pick = Window.partitionBy(*keys, "_cdc_seq").orderBy("__src")
+    versions = new.withColumn("__rn", F.row_number().over(pick)).where("__rn = 1").drop("__rn", "__src")
+    chain = Window.partitionBy(*keys).orderBy("_cdc_seq")
+    nxt_seq = F.lead("_cdc_seq").over(chain)
+    return versions.select(
+        "*",
+        F.col("_cdc_commit_ts").alias("_valid_from"),
+        F.lead("_cdc_commit_ts").over(chain).alias("_valid_to"),
+        (nxt_seq.isNull() & (F.col("_cdc_op") != "delete")).alias("_is_current"),
+    )
+
+
+def scd2_spec(keys: tuple[str, ...]) -> MergeSpec:
+    return (MergeSpec(on=(*keys, "_cdc_seq"))
+            .when_matched_update({"_valid_to": "s._valid_to", "_is_current": "s._is_current"},
+                                 "t._valid_to IS DISTINCT FROM s._valid_to "
+                                 "OR t._is_current <> s._is_current")
+            .when_not_matched_insert_all())

@@ -1,0 +1,196 @@
+"""Column types: which Spark type each source column gets, and how to decode it from a variant.
+
+Precedence (first match wins): ``tables.<t>.types`` in config, the existing Delta column type,
+format metadata (Canal ``mysqlType``, Debezium schema wrapper), the JSON value kind seen in the
+batch. Decoding stays in Spark SQL expressions (no Python UDFs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+DATE_RE = r"^\d{4}-\d{2}-\d{2}$"
+TIMESTAMP_RE = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2})?$"
+INFERRED_DECIMAL = "decimal(38,10)"
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A Spark SQL type plus the decoder that turns the raw variant value into it."""
+
+    sql: str
+    decoder: str = "plain"  # plain | json | epoch_days | epoch_ms | epoch_us | epoch_ns | b64_decimal
+    scale: int = 0
+
+
+@dataclass(frozen=True)
+class ObservedColumn:
+    """What one batch says about a column: variant kind, format hint, temporal look."""
+
+    name: str
+    variant_type: str  # e.g. BIGINT, DECIMAL(19,2), STRING, VOID, OBJECT<...>
+    hint: str | None
+    all_dates: bool
+    all_timestamps: bool
+
+
+def from_canal(mysql_type: str) -> ColumnType | None:
+    t = mysql_type.lower().strip()
+    unsigned = "unsigned" in t
+    base = re.sub(r"\s*(unsigned|zerofill)\s*", "", t)
+    name = re.sub(r"\(.*", "", base)
+    if name in ("tinyint", "smallint", "mediumint"):
+        return ColumnType("int")
+    if name in ("int", "integer"):
+        return ColumnType("bigint" if unsigned else "int")
+    if name == "bigint":
+        return ColumnType("decimal(20,0)" if unsigned else "bigint")
+    if name in ("decimal", "numeric"):
+        m = re.match(r"^\w+\((\d+)(?:\s*,\s*(\d+))?\)", base)
+        p, s = (int(m.group(1)), int(m.group(2) or 0)) if m else (38, 10)
+        return ColumnType(f"decimal({min(p, 38)},{min(s, 38)})")
+    if name in ("float", "double", "real"):
+        return ColumnType("double")
+    if name == "date":
+        return ColumnType("date")
+    if name in ("datetime", "timestamp"):
+        return ColumnType("timestamp")
+    if name == "year":
+        return ColumnType("int")
+    if name in ("char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum", "set",
+                "json", "time", "bit", "binary", "varbinary", "blob", "tinyblob", "mediumblob",
+                "longblob"):
+        return ColumnType("string")
+    return None
+
+
+_DEBEZIUM = {
+    "int8": ColumnType("int"), "int16": ColumnType("int"), "int32": ColumnType("int"),
+    "int64": ColumnType("bigint"), "float32": ColumnType("double"), "float64": ColumnType("double"),
+    "boolean": ColumnType("boolean"), "string": ColumnType("string"), "bytes": ColumnType("string"),
+    "io.debezium.time.Date": ColumnType("date", "epoch_days"),
+    "org.apache.kafka.connect.data.Date": ColumnType("date", "epoch_days"),
+    "io.debezium.time.Timestamp": ColumnType("timestamp", "epoch_ms"),
+    "org.apache.kafka.connect.data.Timestamp": ColumnType("timestamp", "epoch_ms"),
+    "io.debezium.time.MicroTimestamp": ColumnType("timestamp", "epoch_us"),
+    "io.debezium.time.NanoTimestamp": ColumnType("timestamp", "epoch_ns"),
+    "io.debezium.time.ZonedTimestamp": ColumnType("timestamp"),
+    "io.debezium.data.Json": ColumnType("string", "json"),
+}
+
+
+def from_debezium(hint: str) -> ColumnType | None:
+    name, _, scale = hint.partition(":")
+    if name == "org.apache.kafka.connect.data.Decimal":
+        s = int(scale or 0)
+        return ColumnType(f"decimal(38,{s})", "b64_decimal", s)
+    return _DEBEZIUM.get(name)
+
+
+def from_variant(obs: ObservedColumn, infer_temporal: bool) -> ColumnType | None:
+    t = obs.variant_type.upper()
+    if t in ("VOID", ""):
+        return None  # all nulls so far: create the column once a value tells its type
+    if t in ("BIGINT", "INT", "SMALLINT", "TINYINT"):
+        return ColumnType("bigint")
+    if t.startswith("DECIMAL"):
+        m = re.match(r"DECIMAL\((\d+),(\d+)\)", t)
+        scale = int(m.group(2)) if m else 10
+        return ColumnType(INFERRED_DECIMAL if scale <= 10 else f"decimal(38,{scale})")
+    if t in ("DOUBLE", "FLOAT"):
+        return ColumnType("double")
+    if t == "BOOLEAN":
+        return ColumnType("boolean")
+    if t == "STRING":
+        if infer_temporal and obs.all_dates:
+            return ColumnType("date")
+        if infer_temporal and obs.all_timestamps:
+            return ColumnType("timestamp")
+        return ColumnType("string")
+    if t in ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ"):
+        return ColumnType("timestamp" if t.startswith("TIMESTAMP") else "date")
+    return ColumnType("string", "json")  # OBJECT / ARRAY / anything exotic: keep JSON text
+
+
+def resolve(obs: ObservedColumn, *, configured: str | None, existing: str | None,
+            fmt: str, infer_temporal: bool) -> ColumnType | None:
+    """Pick the column's type; ``None`` means "not yet knowable" (only nulls seen)."""
+    hinted: ColumnType | None = None
+    if obs.hint:
+        hinted = from_canal(obs.hint) if fmt == "canal" else from_debezium(obs.hint)
+    natural = hinted or from_variant(obs, infer_temporal)
+    target = configured or existing
+    if target is None:
+        return natural
+    if natural is not None and natural.sql == target:
+        return natural
+    # Keep the format's decoder (e.g. epoch days -> date) when it produces the target type family.
+    if natural is not None and natural.decoder != "plain" and _family(natural.sql) == _family(target):
+        return ColumnType(target, natural.decoder, natural.scale)
+    return ColumnType(target)
+
+
+def _family(sql: str) -> str:
+    return re.sub(r"\(.*", "", sql)
+
+
+def variant_path(column: str) -> str:
+    return "$['" + column.replace("\\", "\\\\").replace("'", "\\'") + "']"
+
+
+def raw_present(v: Column, column: str) -> Column:
+    """True when the event carries a non-null value for the column."""
+    raw = F.try_variant_get(v, variant_path(column), "variant")
+    return raw.isNotNull() & ~F.is_variant_null(raw)
+
+
+def decode(v: Column, column: str, ct: ColumnType) -> Column:
+    """Typed value of ``column`` from variant ``v``; null if absent, null or not castable."""
+    p = variant_path(column)
+    if ct.decoder == "json":
+        raw = F.try_variant_get(v, p, "variant")
+        val = F.when(F.is_variant_null(raw), F.lit(None)).otherwise(
+            F.coalesce(F.try_variant_get(v, p, "string"), F.to_json(raw)))
+        return val.cast(ct.sql)
+    if ct.decoder == "epoch_days":
+        return F.date_add(F.lit("1970-01-01").cast("date"), F.try_variant_get(v, p, "int")).cast(ct.sql)
+    if ct.decoder == "epoch_ms":
+        return F.timestamp_millis(F.try_variant_get(v, p, "bigint")).cast(ct.sql)
+    if ct.decoder == "epoch_us":
+        return F.timestamp_micros(F.try_variant_get(v, p, "bigint")).cast(ct.sql)
+    if ct.decoder == "epoch_ns":
+        return F.timestamp_micros(F.floor(F.try_variant_get(v, p, "bigint") / 1000)).cast(ct.sql)
+    if ct.decoder == "b64_decimal":
+        as_str = F.try_variant_get(v, p, "string")
+        # precise mode lands base64 strings; a JSON number (double/string modes) casts directly
+        is_number = F.schema_of_variant(F.try_variant_get(v, p, "variant")) != F.lit("STRING")
+        return F.when(is_number, F.try_variant_get(v, p, ct.sql)).otherwise(
+            _b64_decimal(as_str, ct.scale, ct.sql))
+    return F.try_variant_get(v, p, ct.sql)
+
+
+def _b64_decimal(b64: Column, scale: int, sql: str) -> Column:
+    """Kafka Connect ``Decimal`` (big-endian two's complement, base64) -> decimal, up to 8 bytes.
+
+    Wider values decode to null and are quarantined as not castable (use Debezium's
+    ``decimal.handling.mode=string`` for DECIMAL columns wider than 18 digits).
+    """
+    hx = F.hex(F.unbase64(b64))
+    negative_bytes = F.substring(hx, 1, 1) >= F.lit("8")
+    # Sign-extend to 64 bits so conv(..., -10) reads it as a signed long.
+    padded = F.when(negative_bytes, F.translate(F.lpad(hx, 16, "#"), "#", "F")) \
+        .otherwise(F.lpad(hx, 16, "0"))
+    unscaled = F.conv(padded, 16, -10)
+    sign = F.when(unscaled.startswith("-"), F.lit("-")).otherwise(F.lit(""))
+    digits = F.lpad(F.regexp_replace(unscaled, "-", ""), scale + 1, "0")
+    if scale:
+        pattern = rf"^(\d+)(\d{{{scale}}})$"
+        text = F.concat(sign, F.regexp_extract(digits, pattern, 1), F.lit("."),
+                        F.regexp_extract(digits, pattern, 2))
+    else:
+        text = F.concat(sign, digits)
+    return F.when(F.length(hx) <= 16, text.try_cast(sql))

@@ -1,0 +1,150 @@
+"""The table engine seam: every Delta read/write of the jobs goes through one of these.
+
+Writes are idempotent per ``(app_id, version)`` :class:`Txn`: the engine checks the table's
+recorded transaction version first and skips a write already committed, and records the pair in
+the same commit as the data. Both engines speak the same merge spec: SQL predicates over the
+aliases ``s`` (source micro-batch) and ``t`` (target table).
+
+Example::
+
+    engine = select_engine(spark, "auto")
+    spec = MergeSpec(on=("id",)).when_matched_delete("s._cdc_op = 'delete'") \\
+        .when_matched_update_all("s._cdc_seq > t._cdc_seq").when_not_matched_insert_all()
+    result = engine.merge("/lake/orders", batch_df, spec, txn=Txn("cdc-shop-4f1c", 12))
+    result.skipped, result.version, result.metrics
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+ClauseKind = Literal["matched_delete", "matched_update_all", "matched_update", "not_matched_insert_all"]
+
+
+@dataclass(frozen=True)
+class Txn:
+    """Idempotency token: ``app_id`` must change whenever the checkpoint is rebuilt."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    kind: ClauseKind
+    condition: str | None = None
+    updates: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """Join keys plus ordered clauses; built fluently, immutable."""
+
+    on: tuple[str, ...]
+    clauses: tuple[MergeClause, ...] = ()
+
+    @property
+    def predicate(self) -> str:
+        return " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.on)
+
+    def _add(self, clause: MergeClause) -> MergeSpec:
+        return MergeSpec(self.on, self.clauses + (clause,))
+
+    def when_matched_delete(self, condition: str | None = None) -> MergeSpec:
+        return self._add(MergeClause("matched_delete", condition))
+
+    def when_matched_update_all(self, condition: str | None = None) -> MergeSpec:
+        return self._add(MergeClause("matched_update_all", condition))
+
+    def when_matched_update(self, updates: dict[str, str], condition: str | None = None) -> MergeSpec:
+        return self._add(MergeClause("matched_update", condition, tuple(updates.items())))
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> MergeSpec:
+        return self._add(MergeClause("not_matched_insert_all", condition))
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    skipped: bool
+    version: int | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def inserted(self) -> int:
+        return int(self.metrics.get("num_target_rows_inserted", self.metrics.get("num_added_rows", 0)) or 0)
+
+    @property
+    def updated(self) -> int:
+        return int(self.metrics.get("num_target_rows_updated", 0) or 0)
+
+    @property
+    def deleted(self) -> int:
+        return int(self.metrics.get("num_target_rows_deleted", 0) or 0)
+
+
+class Engine(ABC):
+    """One Delta implementation. Paths are local paths or URIs understood by the engine."""
+
+    name: str
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def version(self, path: str) -> int | None:
+        """Latest table version, or None if there is no table."""
+
+    @abstractmethod
+    def schema(self, path: str) -> StructType | None: ...
+
+    @abstractmethod
+    def read(self, path: str) -> DataFrame | None:
+        """Latest snapshot as a Spark DataFrame (None if no table)."""
+
+    @abstractmethod
+    def txn_version(self, path: str, app_id: str) -> int | None:
+        """Last version recorded for ``app_id`` in the table's log, or None."""
+
+    @abstractmethod
+    def create(self, path: str, schema: StructType) -> None:
+        """Create an empty table if none exists (no-op otherwise)."""
+
+    @abstractmethod
+    def _merge(self, path: str, source: DataFrame, spec: MergeSpec, txn: Txn) -> WriteResult: ...
+
+    @abstractmethod
+    def _append(self, path: str, df: DataFrame, txn: Txn) -> WriteResult: ...
+
+    @abstractmethod
+    def replace(self, path: str, df: DataFrame) -> WriteResult:
+        """Overwrite the table's content and schema in one commit (readers never see a gap)."""
+
+    @abstractmethod
+    def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]: ...
+
+    def already_committed(self, path: str, txn: Txn) -> bool:
+        last = self.txn_version(path, txn.app_id) if self.exists(path) else None
+        return last is not None and last >= txn.version
+
+    def merge(self, path: str, source: DataFrame, spec: MergeSpec, *, txn: Txn) -> WriteResult:
+        """Idempotent MERGE of a micro-batch; creates the table from the source schema if absent.
+
+        An empty source commits nothing.
+        """
+        if self.already_committed(path, txn):
+            return WriteResult(True, self.version(path))
+        return self._merge(path, source, spec, txn)
+
+    def append(self, path: str, df: DataFrame, *, txn: Txn) -> WriteResult:
+        """Idempotent append; creates the table if absent. An empty frame commits nothing."""
+        if self.already_committed(path, txn):
+            return WriteResult(True, self.version(path))
+        return self._append(path, df, txn)

@@ -1,0 +1,193 @@
+"""One pipeline run: lock the checkpoint, stream what is new (availableNow/once), summarize.
+
+Example::
+
+    cfg = load_pipeline("pipelines/shop_maxwell.yaml")
+    summary = run_pipeline(cfg, run_id="manual_1")
+    summary["tables"]["orders"]["inserted"]
+
+A full refresh (``full_refresh=True``, optionally for a table subset) rebuilds the chosen
+tables from the whole landing history with a fresh, throw-away checkpoint into staging tables,
+then replaces each target in one Delta commit: readers see the old table until then. The main
+checkpoint is untouched; the next incremental run re-applies files the refresh already saw,
+which changes nothing because every write is ordered by binlog sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_lake.batch_writer import BatchWriter, RunStats, TableStats, Targets
+from cdc_lake.checkpoint import instance_id, lock_for
+from cdc_lake.config import ConfigError, PipelineConfig
+from cdc_lake.engines import Engine, select_engine
+from cdc_lake.formats import parser_for
+from cdc_lake.runids import safe_run_id
+from cdc_lake.spark_session import build_session
+
+SUMMARY_PREFIX = "CDC_RUN_SUMMARY "
+
+
+def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None) -> DataFrame:
+    """The landing folder as a bounded file stream of normalized change events."""
+    reader = (spark.readStream.format("text")
+              .option("maxFilesPerTrigger", str(max_files or cfg.max_files_per_trigger)))
+    if cfg.max_bytes_per_trigger:
+        reader = reader.option("maxBytesPerTrigger", str(cfg.max_bytes_per_trigger))
+    if cfg.file_glob:
+        reader = reader.option("pathGlobFilter", cfg.file_glob)
+    lines = (reader.load(str(cfg.landing_path))
+             .select(F.col("value").alias("_line"), F.col("_metadata.file_path").alias("_file"))
+             .where(F.trim("_line") != ""))
+    return parser_for(cfg.source_format)(lines)
+
+
+def _start(events: DataFrame, writer: BatchWriter, checkpoint: Path, trigger: str,
+           name: str):  # type: ignore[no-untyped-def]
+    ws = events.writeStream.queryName(name).foreachBatch(writer).option(
+        "checkpointLocation", str(checkpoint))
+    ws = ws.trigger(availableNow=True) if trigger == "available_now" else ws.trigger(once=True)
+    return ws.start()
+
+
+def _validate_request(cfg: PipelineConfig, tables: Sequence[str] | None, full_refresh: bool) -> set[str]:
+    chosen = list(tables or [])
+    unknown = [t for t in chosen if t not in cfg.tables]
+    if unknown:
+        raise ConfigError(cfg.file, "tables", f"unknown table(s) {unknown!r}; configured: "
+                          f"{sorted(cfg.tables)}")
+    if chosen and not full_refresh and set(chosen) != set(cfg.tables):
+        raise ConfigError(cfg.file, "tables", "a table subset only applies to a full refresh: "
+                          "incremental runs share one checkpoint, so they always process every "
+                          "table (otherwise the others would miss those files)")
+    if not cfg.landing_path.is_dir():
+        raise ConfigError(cfg.file, "source.path",
+                          f"landing folder {str(cfg.landing_path)!r} does not exist")
+    return set(chosen) if chosen else set(cfg.tables)
+
+
+def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_id: str | None = None,
+                 tables: Sequence[str] | None = None, max_files_per_trigger: int | None = None,
+                 full_refresh: bool = False) -> dict[str, Any]:
+    """Process everything new in the landing folder, then stop. Returns the run summary.
+
+    Raises:
+        ConfigError: bad request (unknown table, missing landing folder).
+        PipelineLocked: another run holds this pipeline's checkpoint.
+    """
+    selected = _validate_request(cfg, tables, full_refresh)
+    run_id = safe_run_id(run_id or datetime.now(timezone.utc).strftime("run_%Y%m%dT%H%M%S_")
+                         + uuid.uuid4().hex[:6])
+    started_at = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    spark = spark or build_session(cfg)
+    engine = select_engine(spark, cfg.engine)
+    stats = RunStats()
+    lock = lock_for(cfg.checkpoint_path)
+    lock.acquire(run_id)
+    try:
+        if full_refresh:
+            progress = _full_refresh(spark, cfg, engine, run_id, selected, stats, max_files_per_trigger)
+        else:
+            app_id = f"cdc-{cfg.name}-{instance_id(cfg.checkpoint_path)}"
+            writer = BatchWriter(cfg, engine, app_id=app_id, run_id=run_id, selected=selected,
+                                 targets=Targets(tables={n: t.path for n, t in cfg.tables.items()},
+                                                 tombstones={n: cfg.tombstone_path(n) for n in cfg.tables},
+                                                 write_side_tables=True),
+                                 stats=stats)
+            progress = _run_stream(spark, cfg, writer, cfg.checkpoint_path, max_files_per_trigger)
+    finally:
+        lock.release()
+    summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats, progress,
+                       full_refresh, selected)
+    _record(cfg, summary)
+    return summary
+
+
+def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, checkpoint: Path,
+                max_files: int | None) -> list[dict[str, Any]]:
+    events = read_events(spark, cfg, max_files)
+    query = _start(events, writer, checkpoint, cfg.trigger, f"cdc_{cfg.name}_{uuid.uuid4().hex[:6]}")
+    query.awaitTermination()
+    if query.exception() is not None:  # awaitTermination raises already; keep the guard explicit
+        raise RuntimeError(str(query.exception()))
+    return [json.loads(p.json) for p in query.recentProgress]
+
+
+def _full_refresh(spark: SparkSession, cfg: PipelineConfig, engine: Engine, run_id: str,
+                  selected: set[str], stats: RunStats, max_files: int | None) -> list[dict[str, Any]]:
+    staging_root = cfg.lake_root / "_staging"
+    shutil.rmtree(staging_root, ignore_errors=True)  # leftovers of a refresh that died
+    work = staging_root / run_id
+    checkpoint = work / "_checkpoint"
+    targets = Targets(tables={n: work / "tables" / n for n in selected},
+                      tombstones={n: work / "tombstones" / n for n in selected},
+                      write_side_tables=False)
+    writer = BatchWriter(cfg, engine, app_id=f"cdc-{cfg.name}-refresh-{uuid.uuid4().hex[:12]}",
+                         run_id=run_id, selected=selected, targets=targets, stats=stats)
+    progress = _run_stream(spark, cfg, writer, checkpoint, max_files)
+    for name in sorted(selected):
+        for staged, final in ((targets.tables[name], cfg.tables[name].path),
+                              (targets.tombstones[name], cfg.tombstone_path(name))):
+            df = engine.read(str(staged))
+            if df is None:  # no events at all for this table: an empty table is the truth
+                continue
+            result = engine.replace(str(final), df)
+            if final == cfg.tables[name].path:
+                stats.tables.setdefault(name, TableStats()).delta_version = result.version
+    shutil.rmtree(work, ignore_errors=True)
+    return progress
+
+
+def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datetime, duration: float,
+             stats: RunStats, progress: list[dict[str, Any]], full_refresh: bool,
+             selected: set[str]) -> dict[str, Any]:
+    tables = {}
+    for name in sorted(selected):
+        st = stats.tables.get(name)
+        version = st.delta_version if st and st.delta_version is not None else \
+            engine.version(str(cfg.tables[name].path))
+        tables[name] = {"inserted": st.inserted if st else 0, "updated": st.updated if st else 0,
+                        "deleted": st.deleted if st else 0, "delta_version": version,
+                        "skipped_batches": st.skipped_batches if st else 0}
+    batch_ids = sorted(set(stats.batch_ids))
+    return {
+        "pipeline": cfg.name, "run_id": run_id, "status": "succeeded", "engine": engine.name,
+        "trigger": cfg.trigger, "full_refresh": full_refresh,
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(duration, 3),
+        "batches": len(batch_ids), "batch_ids": batch_ids,
+        "last_batch_id": batch_ids[-1] if batch_ids else None,
+        "events_read": stats.events,
+        "row_changes": stats.rows,
+        "quarantined": stats.quarantined, "ddl_events": stats.ddl_events,
+        "skipped_lines": stats.skipped_lines, "ignored": stats.ignored,
+        "tables": tables,
+        "quarantine_version": stats.quarantine_version if stats.quarantine_version is not None
+        else engine.version(str(cfg.quarantine_path)),
+        "ddl_log_version": stats.ddl_log_version if stats.ddl_log_version is not None
+        else engine.version(str(cfg.ddl_log_path)),
+        "batch_seconds": stats.batch_seconds,
+        "checkpoint": str(cfg.checkpoint_path),
+    }
+
+
+def _record(cfg: PipelineConfig, summary: dict[str, Any]) -> None:
+    folder = cfg.runs_path / cfg.name
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(summary, indent=2, default=str)
+    for name in (f"{summary['run_id']}.json", "latest.json"):
+        tmp = folder / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(folder / name)

@@ -1,0 +1,59 @@
+"""SparkSession for a pipeline: UTC everywhere, Delta jars/extensions when delta-spark is asked for.
+
+With spark-submit the session already exists (master, packages and confs come from the command
+line); ``getOrCreate`` then only adds what is missing. Locally (tests, ``python spark_jobs/...``)
+this builds a ``local[*]`` session.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from cdc_lake.config import PipelineConfig
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+BASE_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def delta_spark_conf(cfg: PipelineConfig) -> dict[str, str]:
+    """Spark confs that put delta-spark on the classpath (for spark-submit and local sessions)."""
+    conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
+    ds = cfg.delta_spark
+    jars = sorted(str(p) for p in ds.jars_dir.glob("*.jar")) if ds.jars_dir else []
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    elif cfg.engine == "delta-spark":
+        conf["spark.jars.packages"] = ds.packages
+        if ds.repositories:
+            conf["spark.jars.repositories"] = ds.repositories
+    return conf
+
+
+def session_conf(cfg: PipelineConfig) -> dict[str, str]:
+    conf = dict(BASE_CONF)
+    if cfg.engine == "delta-spark" or (cfg.delta_spark.jars_dir and cfg.engine == "auto"):
+        conf.update(delta_spark_conf(cfg))
+    conf.update(cfg.spark_conf)
+    return conf
+
+
+def build_session(cfg: PipelineConfig, app_name: str | None = None) -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name or f"cdc-{cfg.name}")
+    # Under spark-submit the JVM (and its --master/--packages) already exists: the Python driver
+    # is handed a gateway port. Only a bare `python ...` run picks local mode itself.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master("local[*]")
+    for k, v in session_conf(cfg).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    return spark

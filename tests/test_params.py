@@ -1,0 +1,182 @@
+"""Run parameters are validated twice: by the Params' JSON schema and again in Python.
+
+Hostile or sloppy values must be refused at both levels, with a message naming the parameter
+and showing the value, and never reach spark-submit.
+"""
+
+from __future__ import annotations
+
+import os
+
+import airflow_env  # noqa: F401  (configures Airflow before it is imported)
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
+
+from cdc_lake.airflow.params import (
+    MAX_FILES_PER_TRIGGER_LIMIT,
+    InvalidRunParam,
+    RunParams,
+    build_params,
+    validate_run_params,
+)
+
+TABLES = ["customers", "order_items", "orders", "products"]
+
+HOSTILE_TABLES = [
+    ["orders; rm -rf /"],
+    ["../../etc"],
+    ["orders", "$(reboot)"],
+    ["orders`id`"],
+    ["orders,customers"],  # would smuggle a second table into --tables
+    ["-x"],
+    ["unknown_table"],
+    ["Orders"],  # case matters
+    [""],
+    [1],
+    [None],
+    ["orders", "orders"],
+    "orders",  # a string is not a list
+    {"orders": True},
+]
+HOSTILE_MAX_FILES = [-1, 0, MAX_FILES_PER_TRIGGER_LIMIT + 1, "10", "10; ls", True, 1.5, [5], {"n": 5}]
+HOSTILE_FULL_REFRESH = ["true", "false", 1, 0, "--full-refresh", [True]]
+
+
+@pytest.fixture
+def params():
+    return build_params(TABLES)  # fresh per test: Param.resolve(value) stores the value
+
+
+# --------------------------------------------------------------------------- JSON schema level
+
+
+@pytest.mark.parametrize("value", HOSTILE_TABLES, ids=repr)
+def test_schema_rejects_bad_tables(params, value):
+    with pytest.raises(ParamValidationError):
+        params["tables"].resolve(value)
+
+
+@pytest.mark.parametrize("value", HOSTILE_MAX_FILES, ids=repr)
+def test_schema_rejects_bad_max_files(params, value):
+    with pytest.raises(ParamValidationError):
+        params["max_files_per_trigger"].resolve(value)
+
+
+@pytest.mark.parametrize("value", HOSTILE_FULL_REFRESH, ids=repr)
+def test_schema_rejects_bad_full_refresh(params, value):
+    with pytest.raises(ParamValidationError):
+        params["full_refresh"].resolve(value)
+
+
+def test_schema_accepts_good_values_and_defaults(params):
+    defaults = {k: p.resolve() for k, p in params.items()}
+    # defaults are valid, so scheduled runs (no conf) pass the schema
+    assert defaults == {"tables": [], "max_files_per_trigger": None, "full_refresh": False}
+    assert params["tables"].resolve([]) == []
+    assert params["tables"].resolve(["orders", "customers"]) == ["orders", "customers"]
+    assert params["max_files_per_trigger"].resolve(None) is None
+    assert params["max_files_per_trigger"].resolve(1) == 1
+    assert params["max_files_per_trigger"].resolve(MAX_FILES_PER_TRIGGER_LIMIT) == MAX_FILES_PER_TRIGGER_LIMIT
+    assert params["full_refresh"].resolve(True) is True
+
+
+def test_schema_offers_the_configured_tables_in_the_form(params):
+    schema = params["tables"].schema
+    assert schema["type"] == "array"
+    assert schema["items"]["enum"] == sorted(TABLES)
+    assert schema["examples"] == sorted(TABLES)  # rendered as a multi-select
+    assert schema["uniqueItems"] is True
+    assert params["max_files_per_trigger"].schema["minimum"] == 1
+    assert params["max_files_per_trigger"].schema["maximum"] == MAX_FILES_PER_TRIGGER_LIMIT
+
+
+# --------------------------------------------------------------------------- Python level
+
+
+@pytest.mark.parametrize("value", HOSTILE_TABLES, ids=repr)
+def test_python_rejects_bad_tables(value):
+    with pytest.raises(InvalidRunParam, match=r"Invalid run parameter 'tables': ") as exc:
+        validate_run_params({"tables": value}, table_names=TABLES)
+    assert exc.value.name == "tables"
+    assert repr(exc.value.value) in str(exc.value)
+
+
+@pytest.mark.parametrize("value", HOSTILE_MAX_FILES + [10.0], ids=repr)
+def test_python_rejects_bad_max_files(value):
+    with pytest.raises(InvalidRunParam, match=r"Invalid run parameter 'max_files_per_trigger': "):
+        validate_run_params({"max_files_per_trigger": value}, table_names=TABLES)
+
+
+@pytest.mark.parametrize("value", HOSTILE_FULL_REFRESH + [None], ids=repr)
+def test_python_rejects_bad_full_refresh(value):
+    with pytest.raises(InvalidRunParam, match=r"Invalid run parameter 'full_refresh': "):
+        validate_run_params({"full_refresh": value}, table_names=TABLES)
+
+
+def test_python_rejects_unknown_params():
+    """conf keys the DAG does not declare are not schema-checked by Airflow at all."""
+    with pytest.raises(InvalidRunParam, match=r"'max_file_per_trigger': 5 is not a run parameter"):
+        validate_run_params({"max_file_per_trigger": 5}, table_names=TABLES)
+
+
+def test_error_messages_are_exact():
+    cases = {
+        "tables": (["orders; rm -rf /"],
+                   "Invalid run parameter 'tables': 'orders; rm -rf /' is not a table name "
+                   "(must match ^[A-Za-z_][A-Za-z0-9_]*$)"),
+        "max_files_per_trigger": ("10", "Invalid run parameter 'max_files_per_trigger': '10' must be an "
+                                        "integer (not a string or float)"),
+    }
+    for name, (value, message) in cases.items():
+        with pytest.raises(InvalidRunParam) as exc:
+            validate_run_params({name: value}, table_names=TABLES)
+        assert str(exc.value) == message
+    with pytest.raises(InvalidRunParam) as exc:
+        validate_run_params({"tables": ["nope"]}, table_names=TABLES)
+    assert str(exc.value) == ("Invalid run parameter 'tables': 'nope' is not a configured table of this "
+                              "pipeline; expected one of: customers, order_items, orders, products")
+
+
+def test_invalid_param_fails_the_task_without_retry():
+    assert issubclass(InvalidRunParam, AirflowFailException)
+
+
+@pytest.mark.parametrize(("raw", "args"), [
+    ({}, []),
+    ({"tables": [], "max_files_per_trigger": None, "full_refresh": False}, []),
+    ({"tables": ["orders"]}, ["--tables", "orders"]),
+    ({"tables": ["orders", "customers"], "max_files_per_trigger": 7, "full_refresh": True},
+     ["--tables", "orders,customers", "--max-files-per-trigger", "7", "--full-refresh"]),
+    ({"max_files_per_trigger": MAX_FILES_PER_TRIGGER_LIMIT}, ["--max-files-per-trigger", "100000"]),
+])
+def test_valid_params_become_cli_args(raw, args):
+    run = validate_run_params(raw, table_names=TABLES)
+    assert isinstance(run, RunParams)
+    assert run.to_cli_args() == args
+    assert run.requests_action == bool(raw.get("tables") or raw.get("full_refresh"))
+
+
+# --------------------------------------------------------------------------- in the operator
+
+
+def test_operator_refuses_hostile_params_before_spark_submit(tmp_path, monkeypatch):
+    """Python-level validation runs first in execute(): spark-submit is never started."""
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    marker = tmp_path / "spark-submit-ran"
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    cfg_file = tmp_path / "p.yaml"
+    cfg_file.write_text("pipeline: p\nsource: {format: maxwell, path: landing}\nstorage: {root: lake}\n"
+                        "tables: {orders: {keys: [id]}}\n")
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(cfg_file))
+    for params in ({"tables": ["orders; rm -rf /"]}, {"max_files_per_trigger": "10"},
+                   {"full_refresh": "yes"}, {"tables": ["../../etc"]}):
+        with pytest.raises(InvalidRunParam):
+            op.execute({"params": params, "run_id": "manual__2026-11-21T12:00:00+00:00"})
+    assert not marker.exists()
