@@ -22,9 +22,8 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
 * ``0``: success; the run summary ``<storage.runs>/<pipeline>/<run id>.json`` is logged and
   returned (XCom ``return_value``); each table's Asset event carries its metrics as ``extra``.
 * ``75`` (another run holds the pipeline lock): the task is **skipped** - the holder is already
-  processing the pipeline, nothing was written, no Asset event. If the run asked for something
-  specific (``tables`` or ``full_refresh``) it **fails without retry** instead, so the request is
-  not silently dropped.
+  processing the pipeline, nothing was written, no Asset event. A ``full_refresh`` run **fails
+  without retry** instead, so the requested rebuild is not silently dropped.
 * ``2`` (config or argument error): fails without retry (a retry would fail the same way).
 * anything else: fails; Airflow retries with exponential backoff.
 """
@@ -160,9 +159,9 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             holder = _lock_lines(hook.output_tail) if isinstance(hook, CdcSparkSubmitHook) else ""
             message = (f"Pipeline {self.pipeline.name!r} is locked by another run (job exit code 75); "
                        f"nothing was written by this run.{holder}")
-            if self._run_params.requests_action:
+            if self._run_params.full_refresh:
                 raise AirflowFailException(
-                    f"{message} This run asked for {self._run_params.to_cli_args()} - trigger it again "
+                    f"{message} This run asked for {self._run_params.to_cli_args()}: trigger it again "
                     "when the other run has finished.") from error
             raise AirflowSkipException(f"{message} Skipped: the lock holder is processing the pipeline.") \
                 from error

@@ -9,20 +9,23 @@
 =========================  ==========================  =====================================
 param                      accepted                    job argument
 =========================  ==========================  =====================================
-``tables``                 list of configured tables   ``--tables a,b`` (empty list: all)
+``tables``                 list of configured tables   ``--tables a,b`` (empty list: all;
+                                                        a subset needs ``full_refresh``)
 ``max_files_per_trigger``  null or integer 1..100000   ``--max-files-per-trigger N``
 ``full_refresh``           boolean                     ``--full-refresh`` when true
 =========================  ==========================  =====================================
 
 Strict on purpose: ``"10"`` is not an integer, ``"true"`` is not a boolean, a table must be one
-the pipeline configures *and* match ``^[A-Za-z_][A-Za-z0-9_]*$``.
+the pipeline configures *and* match ``^[A-Za-z_][A-Za-z0-9_]*$``. A table subset is only valid
+with ``full_refresh`` (incremental runs share one checkpoint, so they always process every table;
+the job refuses a subset otherwise, and this check says so before spark-submit starts).
 
 Example::
 
     params = build_params(["orders", "customers"])        # -> DAG(params=params)
     run = validate_run_params({"tables": ["orders"], "max_files_per_trigger": 5,
-                               "full_refresh": False}, table_names=["orders", "customers"])
-    run.to_cli_args()   # ['--tables', 'orders', '--max-files-per-trigger', '5']
+                               "full_refresh": True}, table_names=["orders", "customers"])
+    run.to_cli_args()   # ['--tables', 'orders', '--max-files-per-trigger', '5', '--full-refresh']
 """
 
 from __future__ import annotations
@@ -56,11 +59,6 @@ class RunParams:
     max_files_per_trigger: int | None = None
     full_refresh: bool = False
 
-    @property
-    def requests_action(self) -> bool:
-        """True when the run asked for something specific (a table subset or a full refresh)."""
-        return bool(self.tables) or self.full_refresh
-
     def to_cli_args(self) -> list[str]:
         """Arguments for ``spark_jobs/cdc_ingest.py`` (see docs/contracts.md)."""
         args: list[str] = []
@@ -85,7 +83,8 @@ def build_params(table_names: Sequence[str]) -> dict[str, Param]:
             [],
             type="array",
             title="Tables",
-            description="Process only these tables (empty: all configured tables).",
+            description="With full refresh: rebuild only these tables (empty: all tables). "
+                        "Incremental runs always process every table.",
             items={"type": "string", "enum": names, "pattern": TABLE_NAME_RE.pattern},
             uniqueItems=True,
             examples=names,  # the trigger form renders `examples` of an array as a multi-select
@@ -102,7 +101,7 @@ def build_params(table_names: Sequence[str]) -> dict[str, Param]:
             False,
             type="boolean",
             title="Full refresh",
-            description="Rebuild the tables and the checkpoint from all landing files.",
+            description="Rebuild the selected tables (default all) from every landing file.",
         ),
     }
 
@@ -122,11 +121,16 @@ def validate_run_params(raw: Mapping[str, Any], *, table_names: Sequence[str]) -
     if unknown:
         raise InvalidRunParam(unknown[0], raw[unknown[0]],
                               f"is not a run parameter of this DAG; allowed: {', '.join(PARAM_NAMES)}")
-    return RunParams(
+    run = RunParams(
         tables=_validate_tables(raw.get("tables"), table_names),
         max_files_per_trigger=_validate_max_files(raw.get("max_files_per_trigger")),
         full_refresh=_validate_full_refresh(raw.get("full_refresh", False)),
     )
+    if run.tables and not run.full_refresh and set(run.tables) != set(table_names):
+        raise InvalidRunParam("tables", list(run.tables),
+                              "selects a subset of tables, which only applies with full_refresh=true "
+                              "(incremental runs share one checkpoint and always process every table)")
+    return run
 
 
 def _validate_tables(value: Any, table_names: Sequence[str]) -> tuple[str, ...]:

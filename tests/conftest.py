@@ -1,0 +1,92 @@
+"""Shared fixtures: one real local SparkSession per test process, and the Delta engines to run.
+
+Engines: ``deltalake`` always runs. ``delta-spark`` runs only when its JVM classes load (jars
+from ``CDC_DELTA_JARS_DIR`` or ``CDC_DELTA_PACKAGES`` with Maven access); otherwise its tests
+are skipped and the reason is printed in the session header and the summary.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+_ENGINE_STATUS: dict[str, str] = {}
+
+
+def _spark_builder():  # type: ignore[no-untyped-def]
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    b = (SparkSession.builder.master("local[2]").appName("cdc-lake-tests")
+         .config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.default.parallelism", "2")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.memory", "2g"))
+    jars_dir = os.environ.get("CDC_DELTA_JARS_DIR")
+    packages = os.environ.get("CDC_DELTA_PACKAGES")
+    if jars_dir or packages:
+        b = b.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        if jars_dir:
+            b = b.config("spark.jars", ",".join(str(p) for p in sorted(Path(jars_dir).glob("*.jar"))))
+        else:
+            b = b.config("spark.jars.packages", packages)
+    return b
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    session = _spark_builder().getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def _engine_params() -> list[str]:
+    return ["deltalake", "delta-spark"]
+
+
+@pytest.fixture(params=_engine_params())
+def engine_name(request, spark) -> str:  # type: ignore[no-untyped-def]
+    name = request.param
+    if name == "delta-spark":
+        from cdc_lake.engines import delta_spark_available
+
+        ok, why = delta_spark_available(spark)
+        _ENGINE_STATUS[name] = "RAN" if ok else f"SKIPPED: {why}"
+        if not ok:
+            pytest.skip(f"engine delta-spark unavailable: {why} (set CDC_DELTA_JARS_DIR or "
+                        "CDC_DELTA_PACKAGES on a machine with the jars / Maven access)")
+    else:
+        _ENGINE_STATUS[name] = "RAN"
+    return name
+
+
+def pytest_report_header(config):  # type: ignore[no-untyped-def]
+    return ["delta engines: deltalake always; delta-spark when CDC_DELTA_JARS_DIR/"
+            "CDC_DELTA_PACKAGES provide its jars"]
+
+
+def pytest_terminal_summary(terminalreporter):  # type: ignore[no-untyped-def]
+    if _ENGINE_STATUS:
+        terminalreporter.section("Delta engines")
+        for name, status in sorted(_ENGINE_STATUS.items()):
+            terminalreporter.write_line(f"{name:<12} {status}")
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Slow tier is opt-in: CDC_SLOW=1 or an explicit ``-m`` expression."""
+    if os.environ.get("CDC_SLOW") == "1" or config.getoption("-m"):
+        return
+    skip = pytest.mark.skip(reason="slow tier: set CDC_SLOW=1 (or -m slow) to run")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,127 @@
+"""One contract for every Delta engine: run against each available engine (see conftest).
+
+The session summary prints which engines ran and why any was skipped. Tables are read back
+with delta-rs (``deltalake.DeltaTable``) for the deltalake engine and with the engine itself
+otherwise, so the contract is checked against Delta's log, not the engine's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+from decimal import Decimal
+
+import pytest
+
+from cdc_lake.engines import MergeSpec, Txn, select_engine
+
+
+@pytest.fixture
+def engine(spark, engine_name):  # type: ignore[no-untyped-def]
+    return select_engine(spark, engine_name)
+
+
+def _rows(engine, path):  # type: ignore[no-untyped-def]
+    df = engine.read(path)
+    return sorted((r.asDict() for r in df.collect()), key=lambda r: r["id"]) if df is not None else []
+
+
+def _df(spark, rows, schema="id bigint, name string, amount decimal(10,2), seq string"):  # type: ignore[no-untyped-def]
+    return spark.createDataFrame(rows, schema)
+
+
+SPEC = (MergeSpec(on=("id",))
+        .when_matched_delete("s.name IS NULL")
+        .when_matched_update_all("s.seq > t.seq")
+        .when_not_matched_insert_all("s.name IS NOT NULL"))
+
+
+def test_merge_creates_table_and_is_idempotent_per_txn(spark, engine, tmp_path):
+    path = str(tmp_path / "t")
+    r = engine.merge(path, _df(spark, [(1, "a", Decimal("1.50"), "1"), (2, "b", None, "1")]), SPEC,
+                     txn=Txn("app-1", 0))
+    assert not r.skipped and r.inserted == 2
+    v = engine.version(path)
+    # Same (app id, version) again — even with different data — is skipped and commits nothing.
+    again = engine.merge(path, _df(spark, [(3, "c", None, "1")]), SPEC, txn=Txn("app-1", 0))
+    assert again.skipped and engine.version(path) == v
+    assert [r["id"] for r in _rows(engine, path)] == [1, 2]
+    assert engine.txn_version(path, "app-1") == 0
+    assert engine.txn_version(path, "other-app") is None
+
+
+def test_new_app_id_is_not_mistaken_for_done(spark, engine, tmp_path):
+    """A rebuilt checkpoint restarts batch ids at 0 under a new app id: writes must happen."""
+    path = str(tmp_path / "t")
+    engine.merge(path, _df(spark, [(1, "a", None, "1")]), SPEC, txn=Txn("app-old", 5))
+    r = engine.merge(path, _df(spark, [(2, "b", None, "1")]), SPEC, txn=Txn("app-new", 0))
+    assert not r.skipped
+    assert [r["id"] for r in _rows(engine, path)] == [1, 2]
+
+
+def test_merge_clauses_update_delete_and_guard(spark, engine, tmp_path):
+    path = str(tmp_path / "t")
+    engine.merge(path, _df(spark, [(1, "a", None, "5"), (2, "b", None, "5")]), SPEC, txn=Txn("a", 0))
+    r = engine.merge(path, _df(spark, [(1, "old", None, "3"), (2, None, None, "6"), (3, "c", None, "1")]),
+                     SPEC, txn=Txn("a", 1))
+    rows = _rows(engine, path)
+    assert [(x["id"], x["name"]) for x in rows] == [(1, "a"), (3, "c")]  # seq guard kept 1='a'
+    assert (r.inserted, r.updated, r.deleted) == (1, 0, 1)
+
+
+def test_merge_evolves_schema_older_rows_null(spark, engine, tmp_path):
+    path = str(tmp_path / "t")
+    engine.merge(path, _df(spark, [(1, "a", None, "1")]), SPEC, txn=Txn("a", 0))
+    wide = spark.createDataFrame([(2, "b", None, "1", "gold", date(2024, 1, 2))],
+                                 "id bigint, name string, amount decimal(10,2), seq string, tier string, d date")
+    engine.merge(path, wide, SPEC, txn=Txn("a", 1))
+    rows = _rows(engine, path)
+    assert rows[0]["tier"] is None and rows[1]["tier"] == "gold" and rows[1]["d"] == date(2024, 1, 2)
+    types = {f.name: f.dataType.simpleString() for f in engine.schema(path).fields}
+    assert types["amount"] == "decimal(10,2)" and types["d"] == "date"
+
+
+def test_append_idempotent_and_types_preserved(spark, engine, tmp_path):
+    path = str(tmp_path / "q")
+    ts = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+    df = spark.createDataFrame([(1, "x", ts)], "id bigint, name string, at timestamp")
+    assert engine.append(path, df, txn=Txn("q", 3)).inserted == 1
+    assert engine.append(path, df, txn=Txn("q", 3)).skipped
+    assert engine.append(path, df, txn=Txn("q", 2)).skipped  # older versions are done too
+    rows = _rows(engine, path)
+    assert len(rows) == 1 and rows[0]["at"].replace(tzinfo=timezone.utc) == ts
+
+
+def test_empty_source_commits_nothing(spark, engine, tmp_path):
+    path = str(tmp_path / "t")
+    assert engine.merge(path, _df(spark, []), SPEC, txn=Txn("a", 0)).version is None
+    assert not engine.exists(path)
+    engine.merge(path, _df(spark, [(1, "a", None, "1")]), SPEC, txn=Txn("a", 1))
+    v = engine.version(path)
+    engine.append(path, _df(spark, []), txn=Txn("a", 2))
+    assert engine.version(path) == v
+
+
+def test_replace_is_one_commit_and_history_keeps_old_version(spark, engine, tmp_path):
+    path = str(tmp_path / "t")
+    engine.merge(path, _df(spark, [(1, "a", None, "1"), (2, "b", None, "1")]), SPEC, txn=Txn("a", 0))
+    before = engine.version(path)
+    engine.replace(path, spark.createDataFrame([(9, "z")], "id bigint, name string"))
+    assert engine.version(path) == before + 1
+    assert [r["id"] for r in _rows(engine, path)] == [9]
+    assert len(engine.history(path)) >= 2
+
+
+def test_read_missing_table_is_none(spark, engine, tmp_path):
+    assert engine.read(str(tmp_path / "nope")) is None
+    assert engine.version(str(tmp_path / "nope")) is None
+    assert engine.txn_version(str(tmp_path / "nope"), "a") is None
+
+
+def test_auto_prefers_delta_spark_only_when_classes_load(spark):
+    from cdc_lake.engines import delta_spark_available
+
+    ok, _ = delta_spark_available(spark)
+    assert select_engine(spark, "auto").name == ("delta-spark" if ok else "deltalake")
+    if not ok:
+        with pytest.raises(RuntimeError, match="delta-spark"):
+            select_engine(spark, "delta-spark")
