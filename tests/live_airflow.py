@@ -39,6 +39,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -84,6 +85,35 @@ def tail(path: Path, lines: int = 60) -> str:
     except OSError as e:
         return f"<cannot read {path}: {e}>"
     return "\n".join(text.splitlines()[-lines:])
+
+
+_KEY_LINE = re.compile(r"(Error|Exception|FAILED|Traceback|\[cdc\]|exit code)", re.IGNORECASE)
+
+
+def render_task_log(text: str, key_lines: int = 40, last_lines: int = 25) -> str:
+    """Airflow's JSON task log, readable: the error/``[cdc]`` lines first, then the tail."""
+    rendered = []
+    for raw in text.splitlines():
+        try:
+            e = json.loads(raw)
+        except ValueError:
+            rendered.append(("", raw))
+            continue
+        if not isinstance(e, dict):
+            rendered.append(("", raw))
+            continue
+        ev = str(e.get("event", ""))
+        for d in e.get("error_detail") or []:
+            if isinstance(d, dict):
+                ev += f" | {d.get('exc_type')}: {str(d.get('exc_value'))[:1500]}"
+        rendered.append((str(e.get("level", "")), ev))
+    keys, seen = [], set()
+    for lvl, ev in rendered:
+        if (lvl in ("error", "critical") or _KEY_LINE.search(ev)) and ev[:200] not in seen:
+            seen.add(ev[:200])
+            keys.append(f"{lvl.upper():5} {ev[:1600]}")
+    tail_part = [f"{lvl.upper():5} {ev[:300]}" for lvl, ev in rendered[-last_lines:]]
+    return ("  [key lines]\n" + "\n".join(keys[-key_lines:]) + "\n  [last lines]\n" + "\n".join(tail_part))
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -240,18 +270,20 @@ class LiveAirflow:
             parts.append(f"--- {f.name} (last {lines} lines) ---\n{tail(f, lines)}")
         if task_logs:
             logs = sorted((self.home / "logs").glob("dag_id=*/**/*.log"), key=lambda p: p.stat().st_mtime)
-            for f in logs[-3:]:
-                parts.append(f"--- task log {f.relative_to(self.home)} ---\n{tail(f, 80)}")
+            for f in logs[-2:]:
+                parts.append(f"--- task log {f.relative_to(self.home)} ---\n"
+                             f"{render_task_log(f.read_text(errors='replace'), 15, 10)}")
         return "\n".join(parts)
 
     def fail(self, message: str) -> LiveAirflowError:
         return LiveAirflowError(f"{message}\n{self.log_tails()}")
 
-    def task_log(self, dag_id: str, run_id: str) -> str:
-        """All task log files of one run, concatenated (read from the log folder)."""
+    def task_log(self, dag_id: str, run_id: str, rendered: bool = False) -> str:
+        """All task log files of one run (raw JSON lines, or :func:`render_task_log` ed)."""
         out = []
         for f in sorted((self.home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log")):
-            out.append(f"--- {f.relative_to(self.home)} ---\n{f.read_text(errors='replace')}")
+            text = f.read_text(errors="replace")
+            out.append(f"--- {f.relative_to(self.home)} ---\n{render_task_log(text) if rendered else text}")
         return "\n".join(out)
 
     # -- HTTP ----------------------------------------------------------------
@@ -346,15 +378,16 @@ class LiveAirflow:
                 raise self.fail(f"component died while waiting for {dag_id}/{run_id}")
             time.sleep(1)
         raise self.fail(f"{dag_id}/{run_id} still {state} after {timeout:.0f}s\n"
-                        f"{self.task_log(dag_id, run_id)[-6000:]}")
+                        f"{self.task_log(dag_id, run_id, rendered=True)[-8000:]}")
 
     def wait_success(self, dag_id: str, run_id: str, timeout: float = 240) -> dict[str, Any]:
         run = self.wait_run(dag_id, run_id, timeout)
         if run["state"] != "success":
+            states = {ti["task_id"]: ti["state"] for ti in self.task_instances(dag_id, run_id)}
             raise LiveAirflowError(
-                f"{dag_id}/{run_id} ended {run['state']}\n"
-                f"task instances: {json.dumps(self.task_instances(dag_id, run_id))[:3000]}\n"
-                f"{self.task_log(dag_id, run_id)[-8000:]}\n{self.log_tails(task_logs=False)}")
+                f"{dag_id}/{run_id} ended {run['state']}; task states {states}\n"
+                f"{self.task_log(dag_id, run_id, rendered=True)[-12000:]}\n"
+                f"(AIRFLOW_HOME {self.home}; component logs in {self.proc_logs})")
         return run
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
@@ -472,9 +505,9 @@ def start_live_airflow(home: Path, *, db: str = "sqlite", dags_folder: Path | No
         yield af
 
 
-def dump_logs(af: LiveAirflow, lines: int = 60) -> None:
+def dump_logs(af: LiveAirflow, lines: int = 25) -> None:
     """Print component log tails to the real terminal (bypassing pytest's capture)."""
-    sys.__stderr__.write(f"\n===== live Airflow logs =====\n{af.log_tails(lines)}\n")
+    sys.__stderr__.write(f"\n===== live Airflow component logs =====\n{af.log_tails(lines, task_logs=False)}\n")
     sys.__stderr__.flush()
 
 
@@ -488,6 +521,33 @@ def real_pipeline_parts() -> tuple[bool, str]:
     if missing:
         return False, f"not written yet: {', '.join(missing)} (real pipeline tests skipped)"
     return True, ""
+
+
+def copy_pipelines_for_test(src: Path, dst: Path) -> list[Path]:
+    """Copy ``src/*.yaml`` to ``dst`` with ``schedule`` removed and ``retries: 0``.
+
+    Without a schedule, unpausing a DAG creates no scheduled run that would race the runs a test
+    triggers; without retries a failing job fails the test in one attempt instead of three.
+    Everything else (paths with ``${CDC_DATA_DIR}``, tables, keys, engine) is the real config.
+    """
+    import yaml
+
+    dst.mkdir(parents=True, exist_ok=True)
+    out = []
+    for f in sorted([*src.glob("*.yaml"), *src.glob("*.yml")]):
+        try:
+            raw = yaml.safe_load(f.read_text(encoding="utf-8"))
+        except yaml.YAMLError:
+            raw = None
+        if isinstance(raw, dict):
+            raw.pop("schedule", None)
+            raw["retries"] = 0
+            text = yaml.safe_dump(raw, sort_keys=False)
+        else:  # keep broken files broken: the DAG factory must still report them
+            text = f.read_text(encoding="utf-8")
+        (dst / f.name).write_text(text, encoding="utf-8")
+        out.append(dst / f.name)
+    return out
 
 
 def pick_pipeline(pipelines_dir: Path, fmt: str = "maxwell"):

@@ -145,16 +145,25 @@ def test_invalid_param_fails_the_task_without_retry():
 @pytest.mark.parametrize(("raw", "args"), [
     ({}, []),
     ({"tables": [], "max_files_per_trigger": None, "full_refresh": False}, []),
-    ({"tables": ["orders"]}, ["--tables", "orders"]),
+    ({"tables": ["orders"], "full_refresh": True}, ["--tables", "orders", "--full-refresh"]),
     ({"tables": ["orders", "customers"], "max_files_per_trigger": 7, "full_refresh": True},
      ["--tables", "orders,customers", "--max-files-per-trigger", "7", "--full-refresh"]),
+    ({"tables": sorted(TABLES)}, ["--tables", ",".join(sorted(TABLES))]),  # all tables: no subset
     ({"max_files_per_trigger": MAX_FILES_PER_TRIGGER_LIMIT}, ["--max-files-per-trigger", "100000"]),
 ])
 def test_valid_params_become_cli_args(raw, args):
     run = validate_run_params(raw, table_names=TABLES)
     assert isinstance(run, RunParams)
     assert run.to_cli_args() == args
-    assert run.requests_action == bool(raw.get("tables") or raw.get("full_refresh"))
+
+
+def test_table_subset_needs_full_refresh():
+    """The job refuses a subset on incremental runs (shared checkpoint); say so before spark-submit."""
+    with pytest.raises(InvalidRunParam) as exc:
+        validate_run_params({"tables": ["orders"]}, table_names=TABLES)
+    assert str(exc.value) == (
+        "Invalid run parameter 'tables': ['orders'] selects a subset of tables, which only applies with "
+        "full_refresh=true (incremental runs share one checkpoint and always process every table)")
 
 
 # --------------------------------------------------------------------------- in the operator

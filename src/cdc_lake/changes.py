@@ -144,6 +144,6 @@ def scd2_rows(changes: DataFrame, keys: tuple[str, ...], existing: DataFrame | N
 def scd2_spec(keys: tuple[str, ...]) -> MergeSpec:
     return (MergeSpec(on=(*keys, "_cdc_seq"))
             .when_matched_update({"_valid_to": "s._valid_to", "_is_current": "s._is_current"},
-                                 "t._valid_to IS DISTINCT FROM s._valid_to "
-                                 "OR t._is_current <> s._is_current")
+                                 "(t._valid_to IS DISTINCT FROM s._valid_to) "
+                                 "OR (t._is_current <> s._is_current)")
             .when_not_matched_insert_all())

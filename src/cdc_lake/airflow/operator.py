@@ -31,6 +31,7 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 JOB_SCRIPT = REPO_ROOT / "spark_jobs" / "cdc_ingest.py"
 EXIT_CONFIG_ERROR = 2
 EXIT_LOCK_HELD = 75
+_LOCK_WORD = re.compile(r"\block(ed|s)?\b", re.IGNORECASE)  # not "BlockManager"
 DELTA_SQL_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -153,18 +155,21 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         )
 
     def _raise_for_exit_code(self, error: AirflowException) -> None:
+        """Turn the job's exit codes 75 and 2 into skip / fail-without-retry; others stay failures."""
         hook = self._hook
-        code = hook.returncode if isinstance(hook, CdcSparkSubmitHook) else None
+        if not isinstance(hook, CdcSparkSubmitHook):
+            return
+        code = hook.returncode
         if code == EXIT_LOCK_HELD:
-            holder = _lock_lines(hook.output_tail) if isinstance(hook, CdcSparkSubmitHook) else ""
+            holder = _lock_lines(hook.output_tail)
             message = (f"Pipeline {self.pipeline.name!r} is locked by another run (job exit code 75); "
-                       f"nothing was written by this run.{holder}")
+                       "nothing was written by this run.")
             if self._run_params.full_refresh:
                 raise AirflowFailException(
                     f"{message} This run asked for {self._run_params.to_cli_args()}: trigger it again "
-                    "when the other run has finished.") from error
-            raise AirflowSkipException(f"{message} Skipped: the lock holder is processing the pipeline.") \
-                from error
+                    f"when the other run has finished.{holder}") from error
+            raise AirflowSkipException(
+                f"{message} Skipped: the lock holder is processing the pipeline.{holder}") from error
         if code == EXIT_CONFIG_ERROR:
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: the job rejected its config or arguments (exit code 2); "
@@ -249,8 +254,9 @@ def _build_delta_jars(cfg: PipelineConfig) -> dict[str, str | None]:
 
 
 def _lock_lines(tail: Sequence[str]) -> str:
-    lines = [line for line in tail if "lock" in line.lower()]
-    return ("\n" + "\n".join(lines[-5:])) if lines else ""
+    """The job's lock message (names the holder's pid, host, run id, start) from the driver output."""
+    lines = [line for line in tail if _LOCK_WORD.search(line)]
+    return ("\n" + "\n".join(lines[-3:])) if lines else ""
 
 
 def _json_scalars(d: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,310 @@
+"""``dag.test()`` end to end: DAG folder -> CdcSparkSubmitOperator -> spark-submit -> job -> Delta.
+
+Two tiers:
+
+* **fake spark-submit** (fast, no JVM): a stand-in ``spark-submit`` first on ``PATH`` records its
+  argv and plays the job's exit codes (0 with a run summary, 75 lock held, 2 config error,
+  1 failure), so the operator's command line, XCom, Asset events and exit-code mapping are
+  checked exactly;
+* **real** : the real provider operator runs the real ``spark-submit`` of the venv on
+  ``spark_jobs/cdc_ingest.py`` with a 4-line Maxwell landing folder; the Delta table is read back
+  with ``deltalake.DeltaTable``, and a second run shows that a repeated (or backfilled) run after
+  an up-to-date run writes nothing.
+
+The DAG always comes from the real DAG folder (``dags/``) with ``CDC_PIPELINES_DIR`` pointing at a
+temp folder, exactly as the DAG processor would build it; no Spark connection is defined, so the
+master is the default ``local[*]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import airflow_env  # noqa: F401  (configures Airflow before it is imported)
+
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+from airflow_env import DAGS_FOLDER, REPO, airflow_db  # noqa: F401
+from sqlalchemy import select
+
+from cdc_lake.airflow.hook import CdcSparkSubmitHook
+from cdc_lake.airflow.operator import format_summary
+from cdc_lake.runids import run_summary_path, safe_run_id
+
+JOB = REPO / "spark_jobs" / "cdc_ingest.py"
+
+FAKE_SPARK_SUBMIT = f"""\
+#!{sys.executable}
+# Stand-in for spark-submit: records argv, then behaves like cdc_ingest.py with exit code $FAKE_SPARK_EXIT.
+import json, os, sys
+sys.path.insert(0, {str(REPO / 'src')!r})
+from cdc_lake.config import load_pipeline
+from cdc_lake.runids import run_summary_path, safe_run_id
+
+argv = sys.argv[1:]
+with open(os.environ["FAKE_SPARK_LOG"], "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+app_args = argv[next(i for i, a in enumerate(argv) if a.endswith(".py")) + 1:]
+opt = lambda name: app_args[app_args.index(name) + 1]
+code = int(os.environ.get("FAKE_SPARK_EXIT", "0"))
+if code == 75:
+    print("26/11/21 12:29:27 INFO BlockManager: Initialized BlockManager")
+    print("[cdc] PIPELINE LOCKED: checkpoint /x is locked by another run "
+          "({{\\"pid\\": 4242, \\"run_id\\": \\"scheduled__other\\"}}); this run stops without touching it.")
+elif code == 2:
+    print("[cdc] CONFIG ERROR: p.yaml: source.path: landing folder does not exist")
+elif code:
+    print("Exception in thread \\"main\\" java.lang.OutOfMemoryError: fake")
+else:
+    cfg = load_pipeline(opt("--pipeline"))
+    run_id = opt("--run-id")
+    summary = {{"pipeline": cfg.name, "run_id": safe_run_id(run_id), "status": "succeeded",
+               "engine": "deltalake", "trigger": "available_now", "full_refresh": "--full-refresh" in app_args,
+               "duration_s": 0.1, "batches": 1, "batch_ids": [0], "last_batch_id": 0, "events_read": 3,
+               "quarantined": 1, "ddl_events": 0, "skipped_lines": 0,
+               "tables": {{t: {{"inserted": 2, "updated": 1, "deleted": 0, "delta_version": 3,
+                              "skipped_batches": 0}} for t in cfg.tables}},
+               "quarantine_version": 0, "ddl_log_version": None, "checkpoint": str(cfg.checkpoint_path)}}
+    path = run_summary_path(cfg.runs_path, cfg.name, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary))
+    print("CDC_RUN_SUMMARY " + json.dumps(summary))
+sys.exit(code)
+"""
+
+MAXWELL_LINES = [
+    {"database": "shop", "table": "orders", "type": "insert", "ts": 1732150000, "xid": 1, "commit": True,
+     "data": {"id": 1, "status": "new"}},
+    {"database": "shop", "table": "orders", "type": "insert", "ts": 1732150001, "xid": 2, "commit": True,
+     "data": {"id": 2, "status": "new"}},
+    {"database": "shop", "table": "orders", "type": "update", "ts": 1732150002, "xid": 3, "commit": True,
+     "data": {"id": 1, "status": "paid"}, "old": {"status": "new"}},
+    {"database": "shop", "table": "orders", "type": "delete", "ts": 1732150003, "xid": 4, "commit": True,
+     "data": {"id": 2, "status": "new"}},
+]
+
+
+def write_pipeline(folder: Path, name: str, *, retries: int = 0) -> Path:
+    """A maxwell pipeline with tables orders + customers under ``folder`` (landing folder created)."""
+    (folder / "landing" / name).mkdir(parents=True, exist_ok=True)
+    path = folder / "pipelines" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(f"""\
+        pipeline: {name}
+        owner: e2e
+        retries: {retries}
+        source: {{format: maxwell, path: {folder / 'landing' / name}, database: shop}}
+        storage: {{root: {folder / 'lake' / name}}}
+        spark: {{conf: {{spark.ui.enabled: "false", spark.sql.shuffle.partitions: "2"}}}}
+        tables:
+          orders: {{keys: [id]}}
+          customers: {{keys: [id], scd: 2}}
+        """))
+    return path
+
+
+def pipeline_dag(monkeypatch, folder: Path, name: str):
+    monkeypatch.setenv("CDC_PIPELINES_DIR", str(folder / "pipelines"))
+    bag = DagBag(dag_folder=str(DAGS_FOLDER))
+    assert bag.import_errors == {}
+    return bag.dags[name]
+
+
+def task_result(dr) -> tuple[str, int, object]:
+    """(state, try_number, XCom return_value) of the run's ingest task."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.scalar(select(TaskInstance).where(TaskInstance.dag_id == dr.dag_id,
+                                                       TaskInstance.run_id == dr.run_id))
+        row = session.scalar(select(XComModel).where(
+            XComModel.dag_id == dr.dag_id, XComModel.run_id == dr.run_id, XComModel.key == "return_value"))
+        value = XComModel.deserialize_value(row) if row is not None else None
+        return str(ti.state), ti.try_number, value
+
+
+def asset_events(dr) -> dict[str, dict]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.execute(select(AssetModel.uri, AssetEvent.extra).join(AssetEvent.asset).where(
+            AssetEvent.source_dag_id == dr.dag_id, AssetEvent.source_run_id == dr.run_id)).all()
+        return {uri: extra for uri, extra in rows}
+
+
+# --------------------------------------------------------------------------- fake spark-submit
+
+
+@pytest.fixture
+def fake_spark(tmp_path, monkeypatch):
+    """Put a recording stand-in spark-submit first on PATH; returns a reader of its calls."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    script = bin_dir / "spark-submit"
+    script.write_text(FAKE_SPARK_SUBMIT)
+    script.chmod(0o755)
+    log = tmp_path / "spark-submit-calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SPARK_LOG", str(log))
+    monkeypatch.delenv("FAKE_SPARK_EXIT", raising=False)
+
+    def calls() -> list[list[str]]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return calls
+
+
+def test_success_builds_the_command_and_returns_the_summary(monkeypatch, tmp_path, fake_spark, airflow_db):
+    cfg_file = write_pipeline(tmp_path, "e2e_ok")
+    dag = pipeline_dag(monkeypatch, tmp_path, "e2e_ok")
+
+    dr = dag.test(run_conf={"tables": ["orders"], "max_files_per_trigger": 5, "full_refresh": True})
+
+    state, tries, summary = task_result(dr)
+    assert (state, tries) == ("success", 1)
+    [argv] = fake_spark()
+    app = argv.index(str(JOB))
+    assert argv[app + 1:] == ["--pipeline", str(cfg_file), "--run-id", dr.run_id, "--tables", "orders",
+                              "--max-files-per-trigger", "5", "--full-refresh"]
+    options = argv[:app]
+    assert options[options.index("--master") + 1] == "local[*]"  # no Spark connection defined
+    confs = {options[i + 1] for i, a in enumerate(options) if a == "--conf"}
+    assert {"spark.sql.session.timeZone=UTC", f"spark.pyspark.python={sys.executable}",
+            "spark.ui.enabled=false"} <= confs
+    assert "--packages" not in options  # engine auto: no JVM Delta packages
+    assert options[options.index("--name") + 1] == "cdc_lake-e2e_ok"
+
+    # the run id (with ':' and '+') maps to the same summary file on both sides
+    assert ":" in dr.run_id and "+" in dr.run_id
+    written = json.loads(run_summary_path(tmp_path / "lake/e2e_ok/_runs", "e2e_ok", dr.run_id).read_text())
+    assert summary == written and summary["run_id"] == safe_run_id(dr.run_id)
+
+    events = asset_events(dr)
+    lake = tmp_path / "lake" / "e2e_ok"
+    assert set(events) == {(lake / "orders").as_uri(), (lake / "customers").as_uri(),
+                           (lake / "_quarantine").as_uri()}
+    assert events[(lake / "orders").as_uri()] == {
+        "pipeline": "e2e_ok", "run_id": safe_run_id(dr.run_id), "inserted": 2, "updated": 1, "deleted": 0,
+        "delta_version": 3, "skipped_batches": 0}
+    assert events[(lake / "_quarantine").as_uri()]["quarantined"] == 1
+
+
+def test_scheduled_style_run_passes_no_optional_args(monkeypatch, tmp_path, fake_spark, airflow_db):
+    write_pipeline(tmp_path, "e2e_plain")
+    dr = pipeline_dag(monkeypatch, tmp_path, "e2e_plain").test()
+    assert task_result(dr)[0] == "success"
+    [argv] = fake_spark()
+    assert argv[argv.index(str(JOB)) + 1:] == ["--pipeline", str(tmp_path / "pipelines/e2e_plain.yaml"),
+                                               "--run-id", dr.run_id]
+
+
+@pytest.mark.parametrize(("exit_code", "conf", "state"), [
+    (75, {}, "skipped"),                        # lock held: the holder processes the pipeline
+    (75, {"full_refresh": True}, "failed"),     # a requested rebuild must not vanish silently
+    (2, {}, "failed"),                          # config/argument error: a retry cannot help
+])
+def test_exit_codes_that_must_not_retry(monkeypatch, tmp_path, fake_spark, airflow_db, exit_code, conf, state):
+    write_pipeline(tmp_path, "e2e_rc", retries=3)
+    monkeypatch.setenv("FAKE_SPARK_EXIT", str(exit_code))
+
+    dr = pipeline_dag(monkeypatch, tmp_path, "e2e_rc").test(run_conf=conf)
+
+    assert task_result(dr)[:2] == (state, 1)  # first try final: no up_for_retry
+    assert len(fake_spark()) == 1
+    assert asset_events(dr) == {}
+
+
+def test_other_failures_fail_the_task(monkeypatch, tmp_path, fake_spark, airflow_db):
+    write_pipeline(tmp_path, "e2e_fail", retries=0)
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "1")
+    dr = pipeline_dag(monkeypatch, tmp_path, "e2e_fail").test()
+    assert task_result(dr)[:2] == ("failed", 1)
+    assert asset_events(dr) == {}
+
+
+def test_lock_message_names_the_holder(monkeypatch, tmp_path, fake_spark):
+    """The skip reason carries the job's lock line (pid/run id of the holder) from the driver output."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "75")
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(write_pipeline(tmp_path, "lk")))
+    with pytest.raises(AirflowSkipException) as exc:
+        op.execute({"params": {}, "run_id": "manual__1"})
+    assert "is locked by another run (job exit code 75)" in str(exc.value)
+    assert '"pid": 4242, "run_id": "scheduled__other"' in str(exc.value)
+    assert "BlockManager" not in str(exc.value)
+
+
+def test_hook_master_comes_from_the_connection(monkeypatch):
+    assert CdcSparkSubmitHook(conn_id="cdc_undefined")._connection["master"] == "local[*]"
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_CLUSTER", '{"conn_type": "spark", "host": "spark://m1", "port": 7077}')
+    assert CdcSparkSubmitHook(conn_id="cdc_cluster")._connection["master"] == "spark://m1:7077"
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_YARN", '{"conn_type": "spark", "host": "yarn"}')
+    hook = CdcSparkSubmitHook(conn_id="cdc_yarn")
+    assert hook._connection["master"] == "yarn" and hook._is_yarn
+
+
+def test_format_summary():
+    text = format_summary({"pipeline": "p", "run_id": "r", "status": "succeeded", "duration_s": 4.2,
+                           "engine": "deltalake", "batches": 2, "batch_ids": [3, 4], "events_read": 10,
+                           "quarantined": 1, "ddl_events": 0, "skipped_lines": 0,
+                           "tables": {"orders": {"inserted": 3, "updated": 2, "deleted": 1, "delta_version": 7}}})
+    assert text == ("CDC run p / r: succeeded in 4.2 s (engine deltalake)\n"
+                    "  batches 2 [3, 4], events 10, quarantined 1, DDL 0, skipped lines 0\n"
+                    "  orders  +3 ~2 -1  delta v7")
+
+
+# --------------------------------------------------------------------------- real spark-submit
+
+
+@pytest.mark.skipif(not JOB.is_file(), reason=f"needs the Spark job {JOB} (not written yet)")
+def test_real_spark_submit_writes_delta_and_repeats_idempotently(monkeypatch, tmp_path, airflow_db):
+    from deltalake import DeltaTable
+
+    write_pipeline(tmp_path, "e2e_real", retries=0)
+    (tmp_path / "landing/e2e_real/000001.json").write_text("".join(json.dumps(x) + "\n" for x in MAXWELL_LINES))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])))
+    dag = pipeline_dag(monkeypatch, tmp_path, "e2e_real")
+
+    first = dag.test()
+    state, _, summary = task_result(first)
+    assert state == "success", f"task {state}; see the spark-submit output above"
+    assert summary["status"] == "succeeded" and summary["events_read"] == 4
+    assert summary["tables"]["orders"]["delta_version"] is not None
+    orders = DeltaTable(str(tmp_path / "lake/e2e_real/orders")).to_pyarrow_table().to_pylist()
+    assert [(r["id"], r["status"], r["_cdc_op"]) for r in orders] == [(1, "paid", "update")]
+    version = DeltaTable(str(tmp_path / "lake/e2e_real/orders")).version()
+
+    second = dag.test()  # nothing new in the landing folder: a repeat/backfill writes nothing
+    state, _, again = task_result(second)
+    assert state == "success"
+    assert again["events_read"] == 0
+    assert DeltaTable(str(tmp_path / "lake/e2e_real/orders")).version() == version
+
+
+@pytest.mark.skipif(not JOB.is_file(), reason=f"needs the Spark job {JOB} (not written yet)")
+def test_real_run_while_another_run_holds_the_lock_is_skipped(monkeypatch, tmp_path, airflow_db):
+    """What a concurrent backfill run sees: the job exits 75 at once, the task is skipped, no retry."""
+    from cdc_lake.checkpoint import lock_for
+    from cdc_lake.config import load_pipeline
+
+    cfg = load_pipeline(write_pipeline(tmp_path, "e2e_locked", retries=2))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])))
+    dag = pipeline_dag(monkeypatch, tmp_path, "e2e_locked")
+    holder = lock_for(cfg.checkpoint_path)
+    holder.acquire("scheduled__the_holder")
+    try:
+        dr = dag.test()
+    finally:
+        holder.release()
+    assert task_result(dr)[:2] == ("skipped", 1)
+    assert asset_events(dr) == {}
