@@ -11,6 +11,12 @@ import argparse
 import json
 import sys
 import traceback
+from pathlib import Path
+
+try:
+    import cdc_lake  # noqa: F401  (installed: pip install -e . / the cluster image / --py-files)
+except ImportError:  # a bare checkout: use the repo's src/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED = 2, 75, 1
 

@@ -559,6 +559,7 @@ def test_pipeline_equals_source(shop: tuple[MariaDBServer, str, str], tmp_path: 
         wl.run(80)
         mm.capture(settings(srv, landing, user, pw, max_file_rows=200))
         s1 = run_pipeline(cfg, spark=spark, run_id="truth-1")
+        _log_run(s1)
         assert s1["status"] == "succeeded", s1
         assert_lake_matches(srv, cfg, "run 1")
 
@@ -572,6 +573,7 @@ def test_pipeline_equals_source(shop: tuple[MariaDBServer, str, str], tmp_path: 
         assert len(r2.files) >= 3
         cfg2 = load_pipeline(_rewrite(yaml_path, mfpt=2))
         s2 = run_pipeline(cfg2, spark=spark, run_id="truth-2")
+        _log_run(s2)
         assert s2["status"] == "succeeded" and s2["batches"] >= 2, s2
         assert s2["ddl_events"] >= 1, s2
         assert_lake_matches(srv, cfg2, "run 2 (2 files per batch, after ALTER orders)")
@@ -587,15 +589,22 @@ def test_pipeline_equals_source(shop: tuple[MariaDBServer, str, str], tmp_path: 
         mm.capture(settings(srv, landing, user, pw, max_file_rows=45))  # re-lands + new changes
         assert json.loads(state.read_text())["log_pos"] >= after["log_pos"]
         s3 = run_pipeline(cfg2, spark=spark, run_id="truth-3")
+        _log_run(s3)
         assert s3["status"] == "succeeded", s3
         assert_lake_matches(srv, cfg2, "run 3 (re-landed duplicates)")
 
         # run 4: nothing new -> nothing changes
         s4 = run_pipeline(cfg2, spark=spark, run_id="truth-4")
+        _log_run(s4)
         assert s4["status"] == "succeeded" and s4["events_read"] == 0, s4
         assert_lake_matches(srv, cfg2, "run 4 (no new files)")
     finally:
         wl.close()
+
+
+def _log_run(summary: dict[str, Any]) -> None:
+    print(f"[truth] {summary['run_id']}: {summary['duration_s']}s, {summary['batches']} batches, "
+          f"{summary['events_read']} events, batch_seconds={summary.get('batch_seconds')}")
 
 
 def _rewrite(yaml_path: Path, mfpt: int) -> Path:

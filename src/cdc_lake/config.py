@@ -107,6 +107,7 @@ class PipelineConfig:
     engine: Literal["auto", "deltalake", "delta-spark"]
     delta_spark: DeltaSparkSettings
     spark_conf: dict[str, str]
+    spark_conn_id: str
     infer_temporal: bool
     tables: dict[str, TableConfig]
     ignore_tables: tuple[str, ...] = field(default=())
@@ -326,7 +327,7 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     ds = eng.section("delta_spark")
     ds.check_known({"packages", "repositories", "jars_dir"})
     spark = r.section("spark")
-    spark.check_known({"conf"})
+    spark.check_known({"conf", "conn_id"})
     spark_conf = spark.raw.get("conf") or {}
     if not isinstance(spark_conf, dict):
         raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
@@ -382,6 +383,7 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
             jars_dir=ds.path("jars_dir"),
         ),
         spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+        spark_conn_id=spark.str("conn_id", default="spark_default") or "spark_default",
         infer_temporal=r.bool("infer_temporal", default=True),
         tables=tables,
         ignore_tables=r.names("ignore_tables", default=()) or (),

@@ -32,7 +32,7 @@ from cdc_lake.checkpoint import instance_id, lock_for
 from cdc_lake.config import ConfigError, PipelineConfig
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.formats import parser_for
-from cdc_lake.runids import safe_run_id
+from cdc_lake.runids import run_summary_path, safe_run_id
 from cdc_lake.spark_session import build_session
 
 SUMMARY_PREFIX = "CDC_RUN_SUMMARY "
@@ -184,10 +184,10 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
 
 
 def _record(cfg: PipelineConfig, summary: dict[str, Any]) -> None:
-    folder = cfg.runs_path / cfg.name
-    folder.mkdir(parents=True, exist_ok=True)
+    path = run_summary_path(cfg.runs_path, cfg.name, summary["run_id"])
+    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(summary, indent=2, default=str)
-    for name in (f"{summary['run_id']}.json", "latest.json"):
-        tmp = folder / f".{name}.tmp"
+    for target in (path, path.with_name("latest.json")):
+        tmp = target.with_name(f".{target.name}.tmp")
         tmp.write_text(text, encoding="utf-8")
-        tmp.replace(folder / name)
+        tmp.replace(target)

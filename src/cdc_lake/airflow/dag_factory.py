@@ -112,6 +112,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         task_id=TASK_ID,
         dag=dag,
         pipeline=cfg,
+        conn_id=cfg.spark_conn_id,
         owner=cfg.owner,
         retries=cfg.retries,
         retry_delay=RETRY_DELAY,

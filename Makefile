@@ -1,0 +1,26 @@
+# Two commands on a fresh machine:  make demo   |   make test
+.PHONY: setup demo test test-slow test-all airflow airflow-stop bench lint clean
+
+setup:
+	scripts/bootstrap.sh
+
+demo:
+	scripts/demo.sh
+
+test:
+	scripts/test.sh
+
+test-slow:
+	CDC_SLOW=1 scripts/test.sh
+
+airflow:
+	scripts/bootstrap.sh && scripts/airflow_local.sh start
+
+airflow-stop:
+	scripts/airflow_local.sh stop
+
+bench:
+	scripts/bootstrap.sh && .venv/bin/python benchmarks/bench_ingest.py
+
+clean:
+	rm -rf data var test-artifacts .pytest_cache

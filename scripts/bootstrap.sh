@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine: checks Python 3.11 and Java 17,
+# creates .venv and installs the pinned dependencies (constraints.txt) plus this package.
+# Idempotent: a second run only re-checks. Usage: scripts/bootstrap.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
+  echo "ERROR: Python 3.11 is required (found: $("$PY" --version 2>&1)). Install python3.11 and retry," >&2
+  echo "       or point PYTHON=/path/to/python3.11." >&2
+  exit 1
+fi
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "ERROR: Java is not installed; Spark 4 needs Java 17 (or 21)." >&2
+  echo "       Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless ; macOS: brew install openjdk@17" >&2
+  exit 1
+fi
+JAVA_MAJOR=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+if [ -z "$JAVA_MAJOR" ] || [ "$JAVA_MAJOR" -lt 17 ]; then
+  echo "ERROR: Spark 4 needs Java 17 or newer; found Java ${JAVA_MAJOR:-unknown} ($(command -v java))." >&2
+  echo "       Install openjdk-17 and put it first on PATH (or set JAVA_HOME)." >&2
+  exit 1
+fi
+
+STAMP=.venv/.cdc-installed
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if [ ! -f "$STAMP" ] || [ constraints.txt -nt "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+  echo "[bootstrap] installing pinned dependencies into .venv (first run takes a few minutes)"
+  .venv/bin/python -m pip install --quiet --upgrade "pip>=24"
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+  touch "$STAMP"
+fi
+echo "[bootstrap] ready: $(.venv/bin/python --version), Java $JAVA_MAJOR, $(.venv/bin/python -c 'import pyspark, deltalake, airflow; print(f"pyspark {pyspark.__version__}, deltalake {deltalake.__version__}, airflow {airflow.__version__}")')"
