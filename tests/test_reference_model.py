@@ -47,6 +47,8 @@ VARIANTS = [
                  id="debezium-no-tombstones"),
     pytest.param("maxwell", {}, id="maxwell"),
     pytest.param("maxwell", {"maxwell_position": False}, id="maxwell-no-position"),
+    pytest.param("maxwell", {"maxwell_position": False, "maxwell_commit_xoffset": False},
+                 id="maxwell-real-xoffset"),
     pytest.param("canal", {}, id="canal"),
 ]
 

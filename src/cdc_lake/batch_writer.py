@@ -64,6 +64,19 @@ class Targets:
     write_side_tables: bool  # quarantine + DDL log (not during a full refresh: already recorded)
 
 
+class _Phases:
+    """Wall time per phase of one micro-batch, printed as a progress line."""
+
+    def __init__(self) -> None:
+        self.t = time.monotonic()
+        self.parts: list[str] = []
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.parts.append(f"{name} {now - self.t:.1f}s")
+        self.t = now
+
+
 def _crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         print(f"[cdc] fault injection: SIGKILL at {name}", flush=True)
@@ -184,15 +197,18 @@ class BatchWriter:
         _crash_point("batch_start")
         txn = Txn(self.app_id, batch_id)
         ev = batch.withColumn("_target", self._route).persist()
+        self._cached: list[DataFrame] = [ev]
         try:
             self._process(ev, batch_id, txn)
         finally:
-            ev.unpersist()
+            for df in self._cached:
+                df.unpersist()
         self.stats.batch_ids.append(batch_id)
         self.stats.batch_seconds.append(round(time.monotonic() - started, 3))
         _crash_point("before_commit")
 
     def _process(self, ev: DataFrame, batch_id: int, txn: Txn) -> None:
+        phases = _Phases()
         counts = ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok")).count().collect()
         present = sorted({r._target for r in counts if r._kind == "row" and r.ok
                           and r._target in self.selected})
@@ -210,7 +226,9 @@ class BatchWriter:
                                      "ignore_tables)")).alias("reason"),
                       F.col("tbl").alias("source_table")),
         ]
+        phases.mark("count")
         observed, pks = self._observe(ev, f"cdc_batch_{self.cfg.name}_{batch_id}") if present else ({}, {})
+        phases.mark("discover")
         work: list[tuple[ch.TablePlan, DataFrame, StructType | None]] = []
         for name in present:
             existing = self.engine.schema(str(self.targets.tables[name]))
@@ -220,12 +238,14 @@ class BatchWriter:
                 rejected_parts.append(rows.select("_file", "_line", F.lit(plan).alias("reason"),
                                                   F.col("tbl").alias("source_table")))
                 continue
-            changes, rejected = ch.typed_changes(rows, plan, self.run_id)
+            changes, rejected, cached = ch.typed_changes(rows, plan, self.run_id)
             rejected_parts.append(rejected.select("*", F.lit(name).alias("source_table")))
             work.append((plan, changes, existing))
+            self._cached.append(cached)
 
         if self.targets.write_side_tables:
             self._write_side_tables(ev, rejected_parts, batch_id, txn)
+            phases.mark("quarantine+ddl")
         _crash_point("after_side_tables")
         for plan, changes, existing in work:
             result = self._write_table(plan, changes, txn, existing)
@@ -235,7 +255,9 @@ class BatchWriter:
             st.updated += result.updated
             st.deleted += result.deleted
             st.delta_version = result.version
+            phases.mark(plan.name)
             _crash_point(f"after_table:{plan.name}")
+        print(f"[cdc] batch {batch_id}: " + ", ".join(phases.parts), flush=True)
 
     def _write_side_tables(self, ev: DataFrame, rejected_parts: list[DataFrame], batch_id: int,
                            txn: Txn) -> None:

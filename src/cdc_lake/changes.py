@@ -44,11 +44,12 @@ def _b(c: str) -> str:
     return f"__b_{c}"
 
 
-def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[DataFrame, DataFrame]:
-    """Return ``(changes, rejected)`` for one table's events.
+def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Return ``(changes, rejected, cached)`` for one table's events.
 
     ``changes`` has the table's columns plus :data:`META`; ``rejected`` has ``_file``, ``_line``,
-    ``reason``.
+    ``reason``. Both derive from ``cached`` (decoded once, persisted): unpersist it after the
+    batch's writes.
     """
     row, old = F.col("row"), F.col("old")
     after = {c: decode(row, c, ct) for c, ct in plan.columns.items()}
@@ -70,8 +71,10 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
                                F.concat(F.lit(f"column {c}: value "),
                                         F.to_json(F.try_variant_get(row, variant_path(c), "variant")),
                                         F.lit(f" is not a valid {ct.sql}"))))
-    staged = staged.select("*", *[before[c].alias(_b(c)) for c in plan.columns],
-                           F.nullif(F.concat_ws("; ", *problems), F.lit("")).alias("_reason"))
+    staged = staged.select("_file", "_line", "op", "seq", "commit_ts",
+                           *[a[c] for c in plan.columns],
+                           *[before[c].alias(_b(c)) for c in plan.columns],
+                           F.nullif(F.concat_ws("; ", *problems), F.lit("")).alias("_reason")).persist()
     rejected = staged.where(F.col("_reason").isNotNull()).select("_file", "_line",
                                                                   F.col("_reason").alias("reason"))
     good = staged.where(F.col("_reason").isNull())
@@ -87,7 +90,7 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
         changed_any = changed_any | ~F.col(_b(k)).eqNullSafe(F.col(_a(k)))
     old_key_deletes = good.where(key_changed & changed_any).select(
         *[F.col(_b(c)).alias(c) for c in plan.columns], *meta(F.lit("delete"), ".0"))
-    return upserts.unionByName(old_key_deletes), rejected
+    return upserts.unionByName(old_key_deletes), rejected, staged
 
 
 def latest_per_key(changes: DataFrame, keys: tuple[str, ...]) -> DataFrame:

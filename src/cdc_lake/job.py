@@ -90,12 +90,12 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
                          + uuid.uuid4().hex[:6])
     started_at = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    spark = spark or build_session(cfg)
-    engine = select_engine(spark, cfg.engine)
-    stats = RunStats()
     lock = lock_for(cfg.checkpoint_path)
-    lock.acquire(run_id)
+    lock.acquire(run_id)  # before Spark starts: a losing run fails in milliseconds
     try:
+        spark = spark or build_session(cfg)
+        engine = select_engine(spark, cfg.engine)
+        stats = RunStats()
         if full_refresh:
             progress = _full_refresh(spark, cfg, engine, run_id, selected, stats, max_files_per_trigger)
         else:
@@ -106,6 +106,13 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
                                                  write_side_tables=True),
                                  stats=stats)
             progress = _run_stream(spark, cfg, writer, cfg.checkpoint_path, max_files_per_trigger)
+    except Exception as e:
+        _record(cfg, {"pipeline": cfg.name, "run_id": run_id, "status": "failed",
+                      "error": f"{type(e).__name__}: {str(e)[:2000]}",
+                      "started_at": started_at.isoformat(timespec="seconds"),
+                      "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      "checkpoint": str(cfg.checkpoint_path)})
+        raise
     finally:
         lock.release()
     summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats, progress,

@@ -33,6 +33,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="debezium: no 'null' line after deletes")
     p.add_argument("--no-maxwell-position", action="store_true",
                    help="maxwell: omit 'position' (order falls back to ts, xid, xoffset)")
+    p.add_argument("--maxwell-real-xoffset", action="store_true",
+                   help="maxwell: omit xoffset on the commit row, as Maxwell itself does")
     p.add_argument("--write-pipeline", type=Path, default=None, metavar="YAML",
                    help="also write a matching pipeline YAML here")
     p.add_argument("--lake-root", type=Path, default=None,
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         options["debezium_tombstones"] = False
     if args.no_maxwell_position:
         options["maxwell_position"] = False
+    if args.maxwell_real_xoffset:
+        options["maxwell_commit_xoffset"] = False
     try:
         result = generate(args.out, args.format, days=args.days, seed=args.seed,
                           start_day=args.start_day, **options)

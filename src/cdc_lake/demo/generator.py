@@ -50,6 +50,8 @@ class GeneratorOptions:
         debezium_schema: Debezium lines with the ``{"schema", "payload"}`` wrapper.
         debezium_tombstones: a ``null`` line after each Debezium delete.
         maxwell_position: Maxwell lines carry ``position`` (else order is ts, xid, xoffset).
+        maxwell_commit_xoffset: the commit row of a transaction carries ``xoffset`` too (real
+            Maxwell omits it there).
         max_binlog_size: binlog file size that triggers a rotation.
     """
 
@@ -61,6 +63,7 @@ class GeneratorOptions:
     debezium_schema: bool = True
     debezium_tombstones: bool = True
     maxwell_position: bool = True
+    maxwell_commit_xoffset: bool = True
     max_binlog_size: int = 64 * 1024
 
     def __post_init__(self) -> None:
@@ -75,7 +78,8 @@ class GeneratorOptions:
         if self.fmt == "debezium":
             return {"with_schema": self.debezium_schema, "tombstones": self.debezium_tombstones}
         if self.fmt == "maxwell":
-            return {"with_position": self.maxwell_position}
+            return {"with_position": self.maxwell_position,
+                    "commit_xoffset": self.maxwell_commit_xoffset}
         return {}
 
     def new_simulation(self) -> ShopSimulation:

@@ -247,12 +247,13 @@ class ShopSimulation:
 
     def _customer(self, cid: int) -> Row:
         rng = self._rng
-        name = rng.choice(NAMES)
+        name = rng.choice(NAMES) if cid > 1 else NAMES[0]  # customer 1 is always "Zoë ..."
         slug = "".join(ch for ch in name.lower() if ch.isascii() and ch.isalnum())[:10] or "user"
         birth = rng.choice([None, date(1969, 12, 31), date(1900, 1, 1),
                             date(1940, 1, 1) + timedelta(days=rng.randrange(24_000))])
         row: Row = {"id": cid, "email": f"{slug}.{cid}@example.com", "full_name": name,
-                    "city": rng.choice([*CITIES, None]), "birth_date": birth,
+                    "city": rng.choice([*CITIES, None]) if cid > 1 else CITIES[0],
+                    "birth_date": birth,
                     "created_at": self._now(), "updated_at": self._now()}
         if "loyalty_tier" in self.schemas["customers"].column_names:
             row["loyalty_tier"] = rng.choice([*TIERS, None])
@@ -330,7 +331,8 @@ class ShopSimulation:
             return None
         oid = self._new_id("orders")
         order = {"id": oid, "customer_id": cust[0], "status": "new", "amount": Decimal("0.00"),
-                 "note": rng.choice(NOTES), "created_at": self._now(), "updated_at": self._now()}
+                 "note": rng.choice(NOTES) if oid > FIRST_ORDER_ID else NOTES[0],
+                 "created_at": self._now(), "updated_at": self._now()}
         statements = [self._insert("orders", [order])]
         lines = [rng.choice(products) for _ in range(rng.randint(1, 4))]
         items = [{"order_id": oid, "line_no": i + 1, "product_id": p[0],

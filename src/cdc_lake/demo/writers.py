@@ -219,13 +219,23 @@ _MAXWELL_COLUMN_TYPES = {"int": "int", "bigint": "bigint", "decimal": "decimal",
 
 class MaxwellWriter:
     """Maxwell's Daemon JSON (``output_binlog_position``, ``output_primary_keys``,
-    ``output_primary_key_columns``, ``output_ddl``, ``output_xoffset``)."""
+    ``output_primary_key_columns``, ``output_ddl``, ``output_xoffset``).
+
+    Args:
+        with_position: write ``position`` (``output_binlog_position``).
+        ddl: write DDL events (``output_ddl``).
+        commit_xoffset: also write ``xoffset`` on the row that carries ``commit: true``. Maxwell
+            itself omits it there (``RowMap.toJSON``: xoffset only when not ``txCommit``); the
+            default keeps it so every row has an explicit offset.
+    """
 
     name = "maxwell"
 
-    def __init__(self, *, with_position: bool = True, ddl: bool = True) -> None:
+    def __init__(self, *, with_position: bool = True, ddl: bool = True,
+                 commit_xoffset: bool = True) -> None:
         self.with_position = with_position
         self.ddl = ddl
+        self.commit_xoffset = commit_xoffset
 
     def state(self) -> dict[str, Any]:
         return {}
@@ -239,10 +249,12 @@ class MaxwellWriter:
             t = ev.table
             data = change.after if ev.op != "delete" else change.before
             assert data is not None
+            last = xoffset == len(rows) - 1
             msg: dict[str, Any] = {"database": t.database, "table": t.name, "type": ev.op,
-                                   "ts": entry.commit_ms // 1000, "xid": entry.xid,
-                                   "xoffset": xoffset}
-            if xoffset == len(rows) - 1:
+                                   "ts": entry.commit_ms // 1000, "xid": entry.xid}
+            if not last or self.commit_xoffset:
+                msg["xoffset"] = xoffset
+            if last:
                 msg["commit"] = True
             if self.with_position:
                 msg["position"] = f"{ev.file}:{ev.pos}"

@@ -1,0 +1,98 @@
+"""The job's command line: config errors and the pipeline lock fail fast, before Spark starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc_lake.checkpoint import lock_for
+from cdc_lake.config import load_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = REPO / "spark_jobs" / "cdc_ingest.py"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(JOB), *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _yaml(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "landing").mkdir(exist_ok=True)
+    p = tmp_path / "p.yaml"
+    p.write_text(body, encoding="utf-8")
+    return p
+
+
+GOOD = """pipeline: cli_test
+source: {format: maxwell, path: landing}
+storage: {root: lake}
+tables:
+  orders: {keys: [id]}
+"""
+
+
+@pytest.mark.parametrize("body, key, words", [
+    (GOOD.replace("maxwell", "avro"), "source.format", "unknown value 'avro'"),
+    (GOOD.replace("keys: [id]", "keys: id"), "tables.orders.keys", "expected a list of names"),
+    (GOOD.replace("keys: [id]", "keys: [id], scd: 3"), "tables.orders.scd", "expected 1 or 2, got 3"),
+    (GOOD + "bogus: 1\n", "bogus", "unknown key 'bogus'"),
+    (GOOD.replace("format: maxwell", "format: debezium").replace("{keys: [id]}", "{}"),
+     "tables.orders.keys", "is required for debezium"),
+    (GOOD.replace("tables:", "tables:\n  bad: {types: {x: varchar}}"), "tables.bad.types.x",
+     "unsupported type 'varchar'"),
+    (GOOD.replace("root: lake", "root: '${NOPE_NOT_SET}'"), "storage.root", "NOPE_NOT_SET"),
+])
+def test_config_errors_name_file_key_and_value(tmp_path, body, key, words):
+    p = _yaml(tmp_path, body)
+    r = _cli("--pipeline", str(p))
+    assert r.returncode == 2, r.stderr
+    assert f"{p}: {key}: " in r.stderr and words in r.stderr, r.stderr
+
+
+def test_missing_config_file(tmp_path):
+    r = _cli("--pipeline", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "nope.yaml" in r.stderr and "not found" in r.stderr
+
+
+def test_missing_landing_folder(tmp_path):
+    p = _yaml(tmp_path, GOOD.replace("path: landing", "path: missing_dir"))
+    r = _cli("--pipeline", str(p))
+    assert r.returncode == 2 and "source.path" in r.stderr and "missing_dir" in r.stderr
+
+
+def test_table_subset_needs_full_refresh_and_known_tables(tmp_path):
+    p = _yaml(tmp_path, GOOD.replace("tables:", "tables:\n  customers: {keys: [id]}"))
+    r = _cli("--pipeline", str(p), "--tables", "orders")
+    assert r.returncode == 2 and "only applies to a full refresh" in r.stderr
+    r = _cli("--pipeline", str(p), "--tables", "nope", "--full-refresh")
+    assert r.returncode == 2 and "unknown table(s) ['nope']" in r.stderr
+
+
+def test_bad_argument_values(tmp_path):
+    p = _yaml(tmp_path, GOOD)
+    r = _cli("--pipeline", str(p), "--max-files-per-trigger", "0")
+    assert r.returncode == 2 and "positive integer" in r.stderr
+
+
+def test_second_run_fails_fast_while_lock_is_held(tmp_path):
+    p = _yaml(tmp_path, GOOD)
+    cfg = load_pipeline(p)
+    lock = lock_for(cfg.checkpoint_path)
+    lock.acquire("holder-run")
+    try:
+        t0 = time.monotonic()
+        r = _cli("--pipeline", str(p), "--run-id", "loser")
+        elapsed = time.monotonic() - t0
+    finally:
+        lock.release()
+    assert r.returncode == 75, r.stderr
+    assert "holder-run" in r.stderr and "locked by another run" in r.stderr
+    assert elapsed < 30  # no Spark session was started (generous bound for a loaded machine)
+    # The holder is unaffected: the lock can be taken again once released.
+    lock.acquire("next")
+    lock.release()
