@@ -296,8 +296,12 @@ def spawn_phase(phase: str, cfg_path: Path, interval: float, log_dir: Path) -> d
         stdout, _ = proc.communicate()
         sampler.stop()
     wall = time.perf_counter() - t0
+    with open(log_path, "a") as log:
+        log.write("\n--- stdout ---\n" + stdout)
     result = next((json.loads(ln.split(" ", 1)[1]) for ln in stdout.splitlines()
                    if ln.startswith("BENCH_RESULT ")), None)
+    if result is not None:  # the job's own per-batch phase timings, when it prints them
+        result["job_batch_log"] = [ln for ln in stdout.splitlines() if ln.startswith("[cdc] batch")]
     if proc.returncode != 0 or result is None:
         tail = log_path.read_text(errors="replace")[-3000:]
         raise SystemExit(f"phase {phase} failed (exit {proc.returncode}); log {log_path}:\n{tail}")
@@ -418,6 +422,8 @@ def print_table(res: dict[str, Any]) -> None:
         print(f"{name:40} {r['seconds']:8.2f} {r['session_start_s']:10.2f} {r['process_wall_s']:10.2f} "
               f"{r['peak_rss_mb']:12.0f}")
     t = res["targets"]
+    for ln in ph["ingest"].get("job_batch_log", [])[:10]:
+        print(f"  ingest {ln}")
     print(f"\ningest throughput: {res['ingest_events_per_s']:.0f} events/s")
     print(f"ratio (b)/(a): {res['ratio_ingest_over_scan']:.2f}x (target <= {t['ratio_max']}x: "
           f"{'OK' if t['ratio_ok'] else 'MISSED'})")
