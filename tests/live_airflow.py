@@ -505,8 +505,23 @@ def start_live_airflow(home: Path, *, db: str = "sqlite", dags_folder: Path | No
         yield af
 
 
-def dump_logs(af: LiveAirflow, lines: int = 25) -> None:
-    """Print component log tails to the real terminal (bypassing pytest's capture)."""
+def save_logs(af: LiveAirflow, dest: Path) -> Path:
+    """Copy component and task logs to ``dest`` (pytest's tmp dirs are rotated away quickly)."""
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(af.proc_logs, dest / "proc-logs", dirs_exist_ok=True)
+    if (af.home / "logs").is_dir():
+        shutil.copytree(af.home / "logs", dest / "task-logs", dirs_exist_ok=True)
+    return dest
+
+
+def dump_logs(af: LiveAirflow, lines: int = 25, save_to: Path | None = None) -> None:
+    """Print component log tails to the real terminal (bypassing pytest's capture), and copy all
+    logs to ``save_to`` if given."""
+    if save_to is not None:
+        with contextlib.suppress(OSError):
+            sys.__stderr__.write(f"\nlive Airflow logs copied to {save_logs(af, save_to)}\n")
     sys.__stderr__.write(f"\n===== live Airflow component logs =====\n{af.log_tails(lines, task_logs=False)}\n")
     sys.__stderr__.flush()
 
@@ -574,8 +589,7 @@ class MaxwellScenario:
     BATCHES = [
         # one inner list per landing file: (op, id, note)
         [[("insert", 1, "a1"), ("insert", 2, "b1"), ("insert", 3, "c1")],
-         [("update", 2, "b2"), ("insert", 4, "d1")],
-         [("delete", 3, None), ("update", 1, "a2")]],
+         [("update", 2, "b2"), ("insert", 4, "d1"), ("delete", 3, None), ("update", 1, "a2")]],
         [[("insert", 5, "e1"), ("update", 4, "d2")],
          [("delete", 1, None), ("insert", 6, "f1")]],
     ]

@@ -88,7 +88,7 @@ def _logs_on_failure(request, live):
     failed_before = request.session.testsfailed
     yield
     if request.session.testsfailed > failed_before:
-        dump_logs(live)
+        dump_logs(live, save_to=REPO / "test-artifacts" / f"airflow-logs-{request.node.name}")
 
 
 @pytest.fixture(scope="module")

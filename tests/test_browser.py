@@ -92,7 +92,7 @@ def page(browser, live, request):
             pg.screenshot(path=str(ARTIFACTS / f"failure-{request.node.name}.png"), full_page=True)
         except Exception:  # noqa: BLE001 - best effort
             pass
-        dump_logs(live)
+        dump_logs(live, save_to=REPO / "test-artifacts" / f"airflow-logs-{request.node.name}")
     ctx.close()
 
 

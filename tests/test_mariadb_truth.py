@@ -35,7 +35,11 @@ from mariadb_server import MariaDBServer, mariadb_server  # noqa: F401  (fixture
 
 from cdc_lake.capture import mariadb_maxwell as mm
 
-pytestmark = pytest.mark.mariadb
+pytestmark = [
+    pytest.mark.mariadb,
+    # mysql-replication 1.0.17 itself passes pymysql's deprecated `db=` keyword
+    pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning"),
+]
 
 SEED = int(os.environ.get("CDC_TRUTH_SEED", "20261121"))
 DB = "shop"
@@ -455,6 +459,55 @@ def test_capture_crash_resume_loses_nothing(shop: tuple[MariaDBServer, str, str]
     assert_replay_matches(srv, landing, f"after {crashes} crashes + resume")
 
 
+def test_capture_cli_follow_lock_and_server_checks(shop: tuple[MariaDBServer, str, str],
+                                                    tmp_path: Path) -> None:
+    """Follow mode lands on its flush interval and stops cleanly on SIGTERM; a second capture on
+    the same state exits 75; a server without FULL row metadata is refused with exit 2."""
+    import signal
+    import time
+
+    srv, user, pw = shop
+    landing = tmp_path / "landing"
+    mm.capture(settings(srv, landing, user, pw))  # catch up first: follow mode then starts "now"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), CDC_TEST_CAPTURE_PW=pw)
+    base = [sys.executable, "-m", "cdc_lake.capture.mariadb_maxwell", "--host", srv.host,
+            "--port", str(srv.port), "--user", user, "--password-env", "CDC_TEST_CAPTURE_PW",
+            "--out", str(landing), "--databases", DB]
+    follower = subprocess.Popen([*base, "--flush-interval", "0.3"], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        second = subprocess.run([*base, "--until-now"], env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 75 and "another capture is running" in second.stderr, second
+        before = set(landing.glob("maxwell-*.json"))
+        srv.execute("INSERT INTO customers (id, email) VALUES (990001, 'follow@example.com')",
+                    "UPDATE customers SET name = 'followed' WHERE id = 990001", database=DB)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not set(landing.glob("maxwell-*.json")) - before:
+            time.sleep(0.2)
+        new = set(landing.glob("maxwell-*.json")) - before
+        assert new, "follow mode did not land the new transactions"
+        lines = [json.loads(x) for f in new for x in f.read_text(encoding="utf-8").splitlines()]
+        assert [(x["type"], x["data"]["id"]) for x in lines] == [("insert", 990001), ("update", 990001)]
+    finally:
+        follower.send_signal(signal.SIGTERM)
+        out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1].split(" ", 1)[1])
+    assert summary["stopped_by"] == "signal" and summary["rows"] == 2, summary
+    assert not list(landing.glob(".*.tmp"))
+
+    srv.execute("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+    try:
+        bad = subprocess.run([*base, "--until-now"], env=env, capture_output=True, text=True,
+                             timeout=60)
+    finally:
+        srv.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
+    assert bad.returncode == 2 and "binlog_row_metadata=MINIMAL" in bad.stderr, bad
+    srv.execute("DELETE FROM customers WHERE id = 990001", database=DB)
+
+
 # --------------------------------------------------------------------------------------------
 # Test: capture -> landing -> run_pipeline -> Delta == source
 # --------------------------------------------------------------------------------------------
@@ -609,6 +662,9 @@ _RUN2_ROWS_PER_FILE = 150  # run 2 lands 3-4 files -> 2 micro-batches at 2 files
 def _log_run(summary: dict[str, Any]) -> None:
     print(f"[truth] {summary['run_id']}: {summary['duration_s']}s, {summary['batches']} batches, "
           f"{summary['events_read']} events, batch_seconds={summary.get('batch_seconds')}")
+    # every line the capture lands is a valid change or DDL: nothing may be quarantined
+    assert summary["quarantined"] == 0, (f"[seed {SEED}] {summary['run_id']}: "
+                                         f"{summary['quarantined']} lines quarantined: {summary}")
 
 
 def _rewrite(yaml_path: Path, mfpt: int) -> Path:

@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_lake import changes as ch
-from cdc_lake.column_types import DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn, resolve
+from cdc_lake.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
+                                   parse_object_schema, resolve, variant_path)
 from cdc_lake.config import PipelineConfig
 from cdc_lake.engines import Engine, Txn, WriteResult
 
@@ -53,6 +54,7 @@ class RunStats:
     ddl_log_version: int | None = None
     tables: dict[str, TableStats] = field(default_factory=dict)
     batch_seconds: list[float] = field(default_factory=list)
+    startup_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,31 +122,44 @@ class BatchWriter:
         self._route = route(cfg, selected)
 
     # -- discovery ---------------------------------------------------------------------------
-    def _observe(self, ev: DataFrame, view: str) -> tuple[dict[str, dict[str, ObservedColumn]],
-                                                         dict[str, list[str]]]:
-        spark = ev.sparkSession
-        ev.createOrReplaceTempView(view)
-        date_re, ts_re = (r.replace("\\", "\\\\") for r in (DATE_RE, TIMESTAMP_RE))  # SQL literal
-        rows = spark.sql(f"""
-            SELECT e._target AS target, x.key AS col, schema_of_variant_agg(x.value) AS vtype,
-                   first(e.type_hints[x.key], true) AS hint,
-                   bool_and(is_variant_null(x.value)
-                            OR coalesce(try_variant_get(x.value, '$', 'string') RLIKE '{date_re}', false)) AS d,
-                   bool_and(is_variant_null(x.value)
-                            OR coalesce(try_variant_get(x.value, '$', 'string') RLIKE '{ts_re}', false)) AS ts
-            FROM {view} e, LATERAL variant_explode(e.row) x
-            WHERE e._kind = 'row' AND e._error IS NULL AND e._target NOT LIKE '\\_\\_%'
-            GROUP BY e._target, x.key""").collect()
-        observed: dict[str, dict[str, ObservedColumn]] = {}
-        for r in rows:
-            observed.setdefault(r.target, {})[r.col] = ObservedColumn(
-                r.col, r.vtype or "VOID", r.hint, bool(r.d), bool(r.ts))
-        pks = spark.sql(f"""
-            SELECT _target AS target, first(pk_names, true) AS pk FROM {view}
-            WHERE _kind = 'row' AND _error IS NULL AND _target NOT LIKE '\\_\\_%'
-            GROUP BY _target""").collect()
-        spark.catalog.dropTempView(view)
-        return observed, {r.target: list(r.pk or []) for r in pks}
+    def _survey(self, ev: DataFrame) -> list:  # type: ignore[type-arg]
+        """One pass over the batch: counts per kind/target and each table's merged variant schema."""
+        usable = (F.col("_kind") == "row") & F.col("_error").isNull()
+        return (ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok"))
+                .agg(F.count(F.lit(1)).alias("n"),
+                     F.expr("schema_of_variant_agg(CASE WHEN _kind = 'row' AND _error IS NULL "
+                            "THEN row END)").alias("vtype"),
+                     F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"))
+                .collect())
+
+    def _hints(self, ev: DataFrame, targets: list[str]) -> dict[str, dict[str, str]]:
+        """Per-column type metadata the format carries (Canal mysqlType, Debezium schema)."""
+        if self.cfg.source_format == "maxwell":
+            return {}
+        distinct = (ev.where(F.col("_target").isin(targets) & F.col("type_hints").isNotNull())
+                    .select("_target", F.array_sort(F.map_entries("type_hints")).alias("h"))
+                    .distinct().collect())
+        hints: dict[str, dict[str, str]] = {}
+        for r in distinct:
+            for e in r.h:
+                hints.setdefault(r._target, {}).setdefault(e[0], e[1])
+        return hints
+
+    def _temporal(self, ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, str], tuple[bool, bool]]:
+        """For string columns with no declared type: do all values look like dates / timestamps?"""
+        out: dict[tuple[str, str], tuple[bool, bool]] = {}
+        for target, cols in wanted.items():
+            exprs = []
+            for i, c in enumerate(cols):
+                v = F.try_variant_get("row", variant_path(c), "string")
+                for j, regex in enumerate((DATE_RE, TIMESTAMP_RE)):
+                    exprs.append(F.coalesce(F.bool_and(v.isNull() | v.rlike(regex)), F.lit(False))
+                                 .alias(f"c{i}_{j}"))
+            row = ev.where((F.col("_target") == target) & (F.col("_kind") == "row")
+                           & F.col("_error").isNull()).agg(*exprs).first()
+            for i, c in enumerate(cols):
+                out[(target, c)] = (bool(row[f"c{i}_0"]), bool(row[f"c{i}_1"]))
+        return out
 
     def _plan(self, name: str, observed: dict[str, ObservedColumn], pk: list[str],
               existing: StructType | None) -> ch.TablePlan | str:
@@ -209,13 +224,14 @@ class BatchWriter:
 
     def _process(self, ev: DataFrame, batch_id: int, txn: Txn) -> None:
         phases = _Phases()
-        counts = ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok")).count().collect()
+        counts = self._survey(ev)
         present = sorted({r._target for r in counts if r._kind == "row" and r.ok
                           and r._target in self.selected})
-        self.stats.events += sum(r["count"] for r in counts)
-        self.stats.rows += sum(r["count"] for r in counts if r._kind == "row")
-        self.stats.skipped_lines += sum(r["count"] for r in counts if r._kind == "skip")
-        self.stats.ignored += sum(r["count"] for r in counts if r._target == IGNORED and r.ok)
+        self.stats.events += sum(r.n for r in counts)
+        self.stats.rows += sum(r.n for r in counts if r._kind == "row")
+        self.stats.skipped_lines += sum(r.n for r in counts if r._kind == "skip")
+        self.stats.ignored += sum(r.n for r in counts if r._target == IGNORED and r.ok)
+        phases.mark("survey")
         rejected_parts: list[DataFrame] = [
             ev.where(F.col("_error").isNotNull()).select("_file", "_line", F.col("_error").alias("reason"),
                                                          F.col("tbl").alias("source_table")),
@@ -226,21 +242,34 @@ class BatchWriter:
                                      "ignore_tables)")).alias("reason"),
                       F.col("tbl").alias("source_table")),
         ]
-        phases.mark("count")
-        observed, pks = self._observe(ev, f"cdc_batch_{self.cfg.name}_{batch_id}") if present else ({}, {})
+        variant_types = {r._target: parse_object_schema(r.vtype) for r in counts
+                         if r._kind == "row" and r.ok and r._target in present}
+        pks = {r._target: list(r.pk or []) for r in counts if r._kind == "row" and r.ok}
+        hints = self._hints(ev, present) if present else {}
+        existing = {n: self.engine.schema(str(self.targets.tables[n])) for n in present}
+        observed = {n: {c: ObservedColumn(c, t, hints.get(n, {}).get(c), False, False)
+                        for c, t in variant_types[n].items()} for n in present}
+        if self.cfg.infer_temporal:
+            wanted = {n: [c for c, o in observed[n].items()
+                          if o.variant_type == "STRING" and not o.hint
+                          and c not in self.cfg.tables[n].types
+                          and not (existing[n] and c in existing[n].fieldNames())]
+                      for n in present}
+            flags = self._temporal(ev, {n: cs for n, cs in wanted.items() if cs})
+            for (n, c), (d, ts) in flags.items():
+                observed[n][c] = ObservedColumn(c, "STRING", None, d, ts)
         phases.mark("discover")
         work: list[tuple[ch.TablePlan, DataFrame, StructType | None]] = []
         for name in present:
-            existing = self.engine.schema(str(self.targets.tables[name]))
             rows = ev.where((F.col("_target") == name) & (F.col("_kind") == "row") & F.col("_error").isNull())
-            plan = self._plan(name, observed.get(name, {}), pks.get(name, []), existing)
+            plan = self._plan(name, observed[name], pks.get(name, []), existing[name])
             if isinstance(plan, str):
                 rejected_parts.append(rows.select("_file", "_line", F.lit(plan).alias("reason"),
                                                   F.col("tbl").alias("source_table")))
                 continue
             changes, rejected, cached = ch.typed_changes(rows, plan, self.run_id)
             rejected_parts.append(rejected.select("*", F.lit(name).alias("source_table")))
-            work.append((plan, changes, existing))
+            work.append((plan, changes, existing[name]))
             self._cached.append(cached)
 
         if self.targets.write_side_tables:

@@ -194,3 +194,37 @@ def _b64_decimal(b64: Column, scale: int, sql: str) -> Column:
     else:
         text = F.concat(sign, digits)
     return F.when(F.length(hx) <= 16, text.try_cast(sql))
+
+
+def parse_object_schema(text: str | None) -> dict[str, str]:
+    """Fields of a ``schema_of_variant_agg`` result: ``OBJECT<a: BIGINT, `b c`: STRING>``.
+
+    Non-object results (a row image that is not a JSON object) give no columns.
+    """
+    if not text or not text.startswith("OBJECT<") or not text.endswith(">"):
+        return {}
+    body, fields, i = text[len("OBJECT<"):-1], {}, 0
+    while i < len(body):
+        if body[i] == "`":  # quoted name, `` escapes a backtick
+            j, name = i + 1, []
+            while True:
+                if body[j] == "`" and body[j + 1:j + 2] == "`":
+                    name.append("`")
+                    j += 2
+                elif body[j] == "`":
+                    break
+                else:
+                    name.append(body[j])
+                    j += 1
+            key, i = "".join(name), j + 1
+        else:
+            j = body.index(":", i)
+            key, i = body[i:j], j
+        i += 2  # ": "
+        depth, start = 0, i
+        while i < len(body) and not (depth == 0 and body[i] == ","):
+            depth += body[i] in "<(" or -(body[i] in ">)")
+            i += 1
+        fields[key] = body[start:i].strip()
+        i += 2  # ", "
+    return fields

@@ -96,6 +96,7 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
         spark = spark or build_session(cfg)
         engine = select_engine(spark, cfg.engine)
         stats = RunStats()
+        stats.startup_s = round(time.monotonic() - t0, 3)
         if full_refresh:
             progress = _full_refresh(spark, cfg, engine, run_id, selected, stats, max_files_per_trigger)
         else:
@@ -174,6 +175,8 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
         "started_at": started_at.isoformat(timespec="seconds"),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(duration, 3),
+        "spark_startup_s": stats.startup_s,
+        "stream_s": round(duration - stats.startup_s, 3),
         "batches": len(batch_ids), "batch_ids": batch_ids,
         "last_batch_id": batch_ids[-1] if batch_ids else None,
         "events_read": stats.events,

@@ -66,7 +66,7 @@ class DeltaSparkEngine(Engine):
             return None
         names = [s.getPath().getName() for s in fs.listStatus(hpath)]
         if any(n.endswith(".json") for n in names):
-            commits = self.spark.read.json(log + "/*.json").where(F.col("txn").isNotNull())
+            commits = self.spark.read.json(log + "/*.json")
             if "txn" in commits.columns:
                 row = commits.where(F.col("txn.appId") == app_id).agg(F.max("txn.version")).first()
                 if row and row[0] is not None:
