@@ -286,6 +286,7 @@ def spawn_phase(phase: str, cfg_path: Path, interval: float, log_dir: Path) -> d
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
     log_path = log_dir / f"{phase}.log"
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--_phase", phase,
@@ -306,6 +307,8 @@ def spawn_phase(phase: str, cfg_path: Path, interval: float, log_dir: Path) -> d
         tail = log_path.read_text(errors="replace")[-3000:]
         raise SystemExit(f"phase {phase} failed (exit {proc.returncode}); log {log_path}:\n{tail}")
     result["process_wall_s"] = round(wall, 3)
+    # the machine is shared: record how busy it was (1-minute load average)
+    result["loadavg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["peak_rss_mb"] = round(sampler.peak / 2**20, 1)
     result["rss_samples"] = sampler.samples
     return result
@@ -417,10 +420,12 @@ def print_table(res: dict[str, Any]) -> None:
     ]
     print(f"\n{n} events, {res['params']['files']} files, {res['params']['bytes'] / 2**20:.1f} MiB; "
           f"{res['machine']['cpus']} CPUs")
-    print(f"{'phase':40} {'spark s':>8} {'session s':>10} {'process s':>10} {'peak RSS MB':>12}")
+    print(f"{'phase':40} {'spark s':>8} {'session s':>10} {'process s':>10} {'peak RSS MB':>12} "
+          f"{'load 1m':>12}")
     for name, r in rows:
+        la = r.get("loadavg_1m_before_after", ["-", "-"])
         print(f"{name:40} {r['seconds']:8.2f} {r['session_start_s']:10.2f} {r['process_wall_s']:10.2f} "
-              f"{r['peak_rss_mb']:12.0f}")
+              f"{r['peak_rss_mb']:12.0f} {la[0]:>5}->{la[1]:<5}")
     t = res["targets"]
     for ln in ph["ingest"].get("job_batch_log", [])[:10]:
         print(f"  ingest {ln}")

@@ -600,6 +600,11 @@ class MaxwellScenario:
         self.files_written = 0
         self.events_written = 0
         self.events_processed = 0
+        self._mtime = 0.0
+        # per table: row events landed / already processed (SCD1 summaries count one per event
+        # here, as no key changes twice within one landing file)
+        self.table_events_written: dict[str, int] = {t: 0 for t in cfg.tables}
+        self.table_events_processed: dict[str, int] = {t: 0 for t in cfg.tables}
         self.expected: dict[str, dict[tuple, str]] = {t: {} for t in cfg.tables}
         self._rows: dict[str, dict[int, dict[str, Any]]] = {t: {} for t in cfg.tables}
 
@@ -640,14 +645,30 @@ class MaxwellScenario:
         files = []
         for steps in self.BATCHES[n]:
             lines = [self._line(table, op, i, note) for table in self.cfg.tables for op, i, note in steps]
+            for table in self.cfg.tables:
+                self.table_events_written[table] += len(steps)
             self.files_written += 1
             self.events_written += len(lines)
             f = landing / f"maxwell-{self.files_written:06d}.json"
             tmp = landing / f".{f.name}.tmp"
             tmp.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+            # Spark's file source orders new files by modification time; files written in the
+            # same millisecond would come in any order. Landed files arrive one after another.
+            self._mtime = max(time.time(), self._mtime + 1.0)
+            os.utime(tmp, (self._mtime, self._mtime))
             os.replace(tmp, f)
             files.append(f)
         return files
+
+    def pending_table_events(self) -> dict[str, int]:
+        return {t: self.table_events_written[t] - self.table_events_processed[t] for t in self.cfg.tables}
+
+    def mark_processed(self) -> None:
+        self.events_processed = self.events_written
+        self.table_events_processed = dict(self.table_events_written)
+
+    def scd1_tables(self) -> list[str]:
+        return [t for t, tc in self.cfg.tables.items() if tc.scd == 1]
 
     # -- checking the lake ----------------------------------------------------
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from pathlib import Path
 
 import httpx
 import jwt
@@ -182,7 +181,11 @@ def test_trigger_with_conf_runs_job(live, pipeline):
     assert summary["events_read"] == sc.events_written
     # max_files_per_trigger=1 reached the job: one micro-batch per landing file
     assert summary["batches"] == len(files), summary
-    sc.events_processed = sc.events_written
+    pending = sc.pending_table_events()
+    for t in sc.scd1_tables():  # each change counted once (SCD2 counts versions, not events)
+        m = summary["tables"][t]
+        assert m["inserted"] + m["updated"] + m["deleted"] == pending[t], (t, m, pending[t])
+    sc.mark_processed()
     sc.assert_lake_matches()
 
     # the plugin view reads the same state from the lake and the checkpoint
@@ -212,6 +215,7 @@ def test_two_runs_at_once_process_data_once(live, pipeline):
     cfg, sc = pipeline
     sc.write_batch(1)
     new_events = sc.events_written - sc.events_processed
+    pending = sc.pending_table_events()
     if live.db == "sqlite":
         # SQLite has one writer at a time: two truly simultaneous POSTs can make the API server
         # answer 500 "database is locked" (observed). Back to back is still "at once" for a job
@@ -225,12 +229,16 @@ def test_two_runs_at_once_process_data_once(live, pipeline):
     runs = [live.wait_run(cfg.name, rid, timeout=420) for rid in run_ids]
 
     processed, outcomes = 0, []
+    changes = {t: 0 for t in sc.scd1_tables()}
     for run in runs:
         rid = run["dag_run_id"]
         _task, summary = find_summary(live, cfg.name, rid)
         if run["state"] == "success" and summary is not None:
             assert summary["status"] == "succeeded", summary
             processed += summary["events_read"]
+            for t in changes:
+                m = summary["tables"].get(t) or {}
+                changes[t] += sum(m.get(k) or 0 for k in ("inserted", "updated", "deleted"))
             outcomes.append(("processed" if summary["events_read"] else "nothing new",
                              summary["events_read"]))
         else:
@@ -245,5 +253,6 @@ def test_two_runs_at_once_process_data_once(live, pipeline):
             outcomes.append(("locked out", 0))
     assert processed == new_events, (outcomes, new_events)
     assert sorted(o[0] for o in outcomes).count("processed") == 1, outcomes
-    sc.events_processed = sc.events_written
+    assert changes == {t: pending[t] for t in changes}, (changes, pending)
+    sc.mark_processed()
     sc.assert_lake_matches()

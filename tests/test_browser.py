@@ -150,14 +150,18 @@ def test_trigger_from_ui_and_see_delta_version_in_plugin(page, live):
     live.wait_success(cfg.name, run["dag_run_id"], timeout=360)
     _task, summary = find_summary(live, cfg.name, run["dag_run_id"])
     assert summary and summary["batches"] == len(files), summary
+    scenario.mark_processed()
     scenario.assert_lake_matches()
 
     page.goto(f"{live.base_url}/dags/{cfg.name}/runs/{run['dag_run_id']}")
     expect(page.get_by_text("success", exact=False).first).to_be_visible()
     shot(page, "run-success.png")
 
-    # -- the plugin view (nav entry -> iframe) shows the Delta versions from the lake
-    page.goto(f"{live.base_url}/plugin/cdc-pipelines")
+    # -- the plugin view: nav Browse -> "CDC pipelines" -> iframe with the Delta versions
+    page.goto(f"{live.base_url}/")
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("menuitem", name="CDC pipelines").click()
+    page.wait_for_url("**/plugin/cdc-pipelines")
     frame = page.frame_locator("iframe").first
     expect(frame.locator(f"[data-testid=pipeline-{cfg.name}]")).to_be_visible()
     for name, t in cfg.tables.items():

@@ -653,6 +653,8 @@ class Scenario:
     n_txns: int
     n_files: int
     layout_seed: int
+    late_moves: int          # files moved behind newer files in arrival order
+    duplicate_file: bool     # one file landed a second time under another name
     n_runs: int
     max_files: tuple[int, ...]
 
@@ -671,14 +673,14 @@ class Scenario:
         return files
 
     def arrivals(self, files: list[tuple[str, list[str]]]) -> list[list[tuple[str, list[str]]]]:
-        """Files in arrival order (some late, some re-landed under another name), cut into runs."""
+        """Files in arrival order (some late, one maybe twice), cut into runs."""
         rng = random.Random(self.layout_seed + 1)
         order = list(files)
-        for _ in range(rng.randint(0, 2)):          # move a file later than newer ones
+        for _ in range(self.late_moves):            # an older file arrives after newer ones
             if len(order) > 1:
                 i = rng.randrange(len(order) - 1)
                 order.insert(rng.randrange(i + 1, len(order)), order.pop(i))
-        if rng.random() < 0.6:                       # the same file landed twice
+        if self.duplicate_file:
             name, body = rng.choice(files)
             order.insert(rng.randrange(len(order) + 1), (name.replace(".json", ".dup.json"), body))
         k = max(1, min(self.n_runs, len(order)))
@@ -688,14 +690,21 @@ class Scenario:
 
 
 def scenarios(max_txns: int, max_files: int) -> st.SearchStrategy[Scenario]:
+    """Scenarios whose simplest form (hypothesis' first, derandomized example) is already a
+    demanding one: most transactions, most files, late files, a duplicate, three runs."""
+    def down_from(hi: int, lo: int) -> st.SearchStrategy[int]:
+        return st.integers(0, hi - lo).map(lambda x: hi - x)
+
     return st.builds(
         Scenario,
         history_seed=st.integers(0, 10**6),
-        n_txns=st.integers(4, max_txns),
-        n_files=st.integers(2, max_files),
+        n_txns=down_from(max_txns, 4),
+        n_files=down_from(max_files, 2),
         layout_seed=st.integers(0, 10**6),
-        n_runs=st.integers(1, 3),
-        max_files=st.tuples(*[st.sampled_from([1, 2, 3, 1000])] * 3),
+        late_moves=down_from(2, 0),
+        duplicate_file=st.booleans().map(lambda b: not b),
+        n_runs=down_from(3, 1),
+        max_files=st.tuples(*[st.sampled_from([2, 1000, 1, 3])] * 3),
     )
 
 

@@ -189,6 +189,11 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
         "ddl_log_version": stats.ddl_log_version if stats.ddl_log_version is not None
         else engine.version(str(cfg.ddl_log_path)),
         "batch_seconds": stats.batch_seconds,
+        # StreamingQueryProgress: planning + execution time of each micro-batch as Spark saw it.
+        "progress": [{"batch_id": p.get("batchId"),
+                      "trigger_ms": p.get("durationMs", {}).get("triggerExecution"),
+                      "latest_offset_ms": p.get("durationMs", {}).get("latestOffset")}
+                     for p in progress],
         "checkpoint": str(cfg.checkpoint_path),
     }
 

@@ -79,7 +79,7 @@ def render_html(data: dict[str, Any]) -> str:
     for p in data.get("pipelines", []):
         name = p["pipeline"]
         out.append(f"<section data-testid='pipeline-{_e(name)}' data-pipeline='{_e(name)}'>")
-        out.append(f"<h2><a href='/dags/{_e(name)}' target='_top'>{_e(name)}</a> "
+        out.append(f"<h2><a href='../dags/{_e(name)}' target='_top'>{_e(name)}</a> "
                    f"<span class='muted'>({_e(p.get('format'))})</span></h2>")
         if p.get("description"):
             out.append(f"<p class='meta'>{_e(p['description'])}</p>")
