@@ -58,9 +58,11 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
         *[after[c].alias(_a(c)) for c in plan.columns],
     )
     a = {c: F.col(_a(c)) for c in plan.columns}
-    # Before-image: the old value where the event carries one, else the row's value.
+    # Before-image: the old value where the event carries one, else the row's value. SCD1 needs
+    # it only for keys (to delete a moved key); SCD2 also keeps it as the delete version's data.
     before = {c: F.when(F.try_variant_get(old, variant_path(c), "variant").isNotNull(),
                         decode(old, c, ct)).otherwise(a[c])
+              if plan.scd == 2 or c in plan.keys else a[c]
               for c, ct in plan.columns.items()}
     key_missing = F.lit(False)
     for k in plan.keys:
@@ -73,7 +75,8 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
                                         F.lit(f" is not a valid {ct.sql}"))))
     staged = staged.select("_file", "_line", "op", "seq", "commit_ts",
                            *[a[c] for c in plan.columns],
-                           *[before[c].alias(_b(c)) for c in plan.columns],
+                           *[before[c].alias(_b(c)) for c in plan.columns
+                             if plan.scd == 2 or c in plan.keys],
                            F.nullif(F.concat_ws("; ", *problems), F.lit("")).alias("_reason")).persist()
     rejected = staged.where(F.col("_reason").isNotNull()).select("_file", "_line",
                                                                   F.col("_reason").alias("reason"))
@@ -89,7 +92,8 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
     for k in plan.keys:
         changed_any = changed_any | ~F.col(_b(k)).eqNullSafe(F.col(_a(k)))
     old_key_deletes = good.where(key_changed & changed_any).select(
-        *[F.col(_b(c)).alias(c) for c in plan.columns], *meta(F.lit("delete"), ".0"))
+        *[F.col(_b(c) if plan.scd == 2 or c in plan.keys else _a(c)).alias(c) for c in plan.columns],
+        *meta(F.lit("delete"), ".0"))
     return upserts.unionByName(old_key_deletes), rejected, staged
 
 
