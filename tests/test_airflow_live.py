@@ -35,7 +35,7 @@ from live_airflow import (
     start_live_airflow,
 )
 
-pytestmark = [pytest.mark.airflow_live, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow_live]
 
 LOCK_EXIT_CODE = 75
 TRIVIAL_DAG = '''"""Trivial airflow dag: fixture self-test while the real DAGs are not written yet."""

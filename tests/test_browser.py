@@ -29,7 +29,7 @@ from live_airflow import (
     start_live_airflow,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.airflow_live, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.airflow_live]
 
 CHROMIUM = Path(os.environ.get("CDC_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
