@@ -409,48 +409,25 @@ def delta_types(path: Path) -> dict[str, str]:
 
 
 def bad_lines(fmt: str, good: str) -> dict[str, str]:
-    """reason kind -> a line that must be quarantined (derived from one good line)."""
-    obj = json.loads(good)
-    if fmt == "debezium":
-        env = obj.get("payload", obj)
-
-        def variant(f: Any) -> str:
-            o = json.loads(good)
-            f(o.get("payload", o) if "payload" in o else o)
-            return json.dumps(o, ensure_ascii=False)
-
-        assert env["op"] == "c"
-        return {
-            "malformed": good[: len(good) // 2],
-            "missing_key": variant(lambda e: e["after"].pop("id")),
-            "unknown_op": variant(lambda e: e.update(op="x")),
-            "unknown_table": variant(lambda e: e["source"].update(table="audit_log")),
-            "cast": variant(lambda e: e["after"].update(birth_date="yesterday")),
-        }
-    if fmt == "maxwell":
-        def variant(f: Any) -> str:
-            o = json.loads(good)
-            f(o)
-            return json.dumps(o, ensure_ascii=False)
-        return {
-            "malformed": good[: len(good) // 2],
-            "missing_key": variant(lambda o: o["data"].pop("id")),
-            "unknown_op": variant(lambda o: o.update(type="upsert")),
-            "unknown_table": variant(lambda o: o.update(table="audit_log")),
-            "cast": variant(lambda o: o["data"].update(birth_date="31/12/1969")),
-        }
-
-    def variant(f: Any) -> str:
+    """reason kind -> a line that must be quarantined, derived from one good insert line."""
+    def variant(mutate: Any) -> str:
         o = json.loads(good)
-        f(o)
+        body = o["payload"] if fmt == "debezium" and "payload" in o else o
+        # the row image: Debezium `after`, Maxwell `data`, Canal `data[0]`
+        row = {"debezium": lambda: body["after"], "maxwell": lambda: body["data"],
+               "canal": lambda: body["data"][0]}[fmt]()
+        mutate(body, row)
         return json.dumps(o, ensure_ascii=False)
-    assert len(obj["data"]) == 1
+
+    op_field, bad_op = {"debezium": ("op", "x"), "maxwell": ("type", "upsert"),
+                        "canal": ("type", "MERGE")}[fmt]
     return {
         "malformed": good[: len(good) // 2],
-        "missing_key": variant(lambda o: o["data"][0].pop("id")),
-        "unknown_op": variant(lambda o: o.update(type="MERGE")),
-        "unknown_table": variant(lambda o: o.update(table="audit_log")),
-        "cast": variant(lambda o: o["data"][0].update(birth_date="not-a-date")),
+        "missing_key": variant(lambda b, r: r.pop("id")),
+        "unknown_op": variant(lambda b, r: b.update({op_field: bad_op})),
+        "unknown_table": variant(lambda b, r: (b["source"] if fmt == "debezium" else b)
+                                 .update(table="audit_log")),
+        "cast": variant(lambda b, r: r.update(birth_date="31/12/1969")),
     }
 
 

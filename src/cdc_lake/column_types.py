@@ -84,10 +84,12 @@ _DEBEZIUM = {
 
 
 def from_debezium(hint: str) -> ColumnType | None:
-    name, _, scale = hint.partition(":")
+    name, _, rest = hint.partition(":")
     if name == "org.apache.kafka.connect.data.Decimal":
+        scale, _, precision = rest.partition(":")
         s = int(scale or 0)
-        return ColumnType(f"decimal(38,{s})", "b64_decimal", s)
+        p = int(precision) if precision.isdigit() and s <= int(precision) <= 38 else 38
+        return ColumnType(f"decimal({p},{s})", "b64_decimal", s)
     return _DEBEZIUM.get(name)
 
 
@@ -186,7 +188,9 @@ def _b64_decimal(b64: Column, scale: int, sql: str) -> Column:
         .otherwise(F.lpad(hx, 16, "0"))
     unscaled = F.conv(padded, 16, -10)
     sign = F.when(unscaled.startswith("-"), F.lit("-")).otherwise(F.lit(""))
-    digits = F.lpad(F.regexp_replace(unscaled, "-", ""), scale + 1, "0")
+    magnitude = F.regexp_replace(unscaled, "-", "")
+    # lpad also truncates longer strings: pad only short ones (0.05 -> "005")
+    digits = F.when(F.length(magnitude) < scale + 1, F.lpad(magnitude, scale + 1, "0")).otherwise(magnitude)
     if scale:
         pattern = rf"^(\d+)(\d{{{scale}}})$"
         text = F.concat(sign, F.regexp_extract(digits, pattern, 1), F.lit("."),

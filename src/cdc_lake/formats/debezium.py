@@ -28,7 +28,8 @@ def parse(lines: DataFrame) -> DataFrame:
     hints = F.expr(
         f"map_from_entries(transform(filter(try_variant_get(v, '$.schema.fields', '{_FIELDS}'),"
         " x -> x.field = 'after')[0].fields,"
-        " f -> struct(f.field, concat_ws(':', coalesce(f.name, f.type), f.parameters['scale']))))")
+        " f -> struct(f.field, concat_ws(':', coalesce(f.name, f.type), f.parameters['scale'],"
+        " f.parameters['connect.decimal.precision']))))")
     env = F.col("env")
     raw_op = vget(env, "$.op", "string")
     op = F.create_map(*[x for k, o in _OPS.items() for x in (F.lit(k), F.lit(o))])[raw_op]
