@@ -275,6 +275,17 @@ def _wait_backfill(live, dag_id: str, known: set[str], expected_runs: int, timeo
     raise live.fail(f"backfill of {dag_id} not finished: {[(r['dag_run_id'], r['state']) for r in _backfill_runs(live, dag_id, known)]}")
 
 
+def _wait_backfills_completed(live, dag_id: str, timeout: float = 600) -> None:
+    """The scheduler marks a backfill completed once its runs are done; only then may another start."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        backfills = live.api("GET", "/api/v2/backfills", params={"dag_id": dag_id})["backfills"]
+        if backfills and all(b.get("completed_at") for b in backfills):
+            return
+        time.sleep(2)
+    raise live.fail(f"backfills of {dag_id} not completed after {timeout:.0f}s")
+
+
 def test_backfill_is_sequential_and_idempotent(live, pipeline):
     """Backfill over 3 days: each run processes what is new since the checkpoint (the job is not
     date-partitioned), so the first processes everything and the others nothing; running the
@@ -301,11 +312,18 @@ def test_backfill_is_sequential_and_idempotent(live, pipeline):
     live.api("POST", "/api/v2/backfills", json={
         "dag_id": cfg.name, "from_date": "2026-11-02T00:00:00Z", "to_date": "2026-11-04T00:00:00Z",
         "max_active_runs": 1, "reprocess_behavior": "none", "run_backwards": False, "dag_run_conf": {}})
+    # Backfill runs of a paused DAG stay queued; unpausing also starts the latest scheduled run
+    # (catchup=False), which competes with the backfill exactly as in production.
+    live.unpause(cfg.name)
     runs = _wait_backfill(live, cfg.name, known, expected_runs=3)
     assert all(r["state"] == "success" for r in runs), runs
-    summaries = [find_summary(live, cfg.name, r["dag_run_id"])[1] for r in runs]
+    others = [r for r in live.runs(cfg.name) if r["dag_run_id"] not in known and r["run_type"] != "backfill"]
+    for r in others:
+        live.wait_run(cfg.name, r["dag_run_id"], timeout=300)
+    summaries = [find_summary(live, cfg.name, r["dag_run_id"])[1] for r in runs + others]
     read = sorted(s["events_read"] for s in summaries if s)
-    assert read == [0, 0, sc.events_written], read  # exactly one run saw the data
+    assert read[-1] == sc.events_written and sum(read) == sc.events_written, read  # once, by one run
+    known |= {r["dag_run_id"] for r in others}
     sc.mark_processed()
     sc.assert_lake_matches()
     from deltalake import DeltaTable
@@ -314,17 +332,12 @@ def test_backfill_is_sequential_and_idempotent(live, pipeline):
 
     # Same range again, reprocessing completed runs, backfill's default concurrency (10): runs
     # overlap, the job's lock turns the losers into skipped tasks, and nothing changes.
+    _wait_backfills_completed(live, cfg.name)
     known |= {r["dag_run_id"] for r in runs}
     live.api("POST", "/api/v2/backfills", json={
         "dag_id": cfg.name, "from_date": "2026-11-02T00:00:00Z", "to_date": "2026-11-04T00:00:00Z",
         "reprocess_behavior": "completed", "run_backwards": False, "dag_run_conf": {}})
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        states = [r["state"] for r in live.runs(cfg.name) if r["run_type"] == "backfill"]
-        if states.count("success") + states.count("failed") == len(states) and \
-                live.api("GET", "/api/v2/backfills", params={"dag_id": cfg.name})["backfills"][0].get("completed_at"):
-            break
-        time.sleep(2)
+    _wait_backfills_completed(live, cfg.name)
     assert all(r["state"] == "success" for r in live.runs(cfg.name) if r["run_type"] == "backfill")
     sc.assert_lake_matches()
     assert {t: DeltaTable(str(c.path)).version() for t, c in cfg.tables.items()} == versions

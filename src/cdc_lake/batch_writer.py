@@ -146,20 +146,26 @@ class BatchWriter:
         return hints
 
     def _temporal(self, ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, str], tuple[bool, bool]]:
-        """For string columns with no declared type: do all values look like dates / timestamps?"""
-        out: dict[tuple[str, str], tuple[bool, bool]] = {}
+        """For string columns with no declared type: do all values look like dates / timestamps?
+
+        One aggregate over the batch for all tables (one Spark job), not one per table.
+        """
+        if not wanted:
+            return {}
+        aggs, names = [], []
         for target, cols in wanted.items():
-            exprs = []
-            for i, c in enumerate(cols):
+            mine = F.col("_target") == target
+            for c in cols:
                 v = F.try_variant_get("row", variant_path(c), "string")
-                for j, regex in enumerate((DATE_RE, TIMESTAMP_RE)):
-                    exprs.append(F.coalesce(F.bool_and(v.isNull() | v.rlike(regex)), F.lit(False))
-                                 .alias(f"c{i}_{j}"))
-            row = ev.where((F.col("_target") == target) & (F.col("_kind") == "row")
-                           & F.col("_error").isNull()).agg(*exprs).first()
-            for i, c in enumerate(cols):
-                out[(target, c)] = (bool(row[f"c{i}_0"]), bool(row[f"c{i}_1"]))
-        return out
+                for regex in (DATE_RE, TIMESTAMP_RE):
+                    # bool_and skips the nulls of other tables' rows; no row at all -> False
+                    aggs.append(F.coalesce(F.bool_and(F.when(mine, v.isNull() | v.rlike(regex))),
+                                           F.lit(False)).alias(f"a{len(aggs)}"))
+                names.append((target, c))
+        row = (ev.where((F.col("_kind") == "row") & F.col("_error").isNull()
+                        & F.col("_target").isin(list(wanted)))
+               .agg(*aggs).first())
+        return {tc: (bool(row[2 * i]), bool(row[2 * i + 1])) for i, tc in enumerate(names)}
 
     def _plan(self, name: str, observed: dict[str, ObservedColumn], pk: list[str],
               existing: StructType | None) -> ch.TablePlan | str:
@@ -232,16 +238,23 @@ class BatchWriter:
         self.stats.skipped_lines += sum(r.n for r in counts if r._kind == "skip")
         self.stats.ignored += sum(r.n for r in counts if r._target == IGNORED and r.ok)
         phases.mark("survey")
-        rejected_parts: list[DataFrame] = [
-            ev.where(F.col("_error").isNotNull()).select("_file", "_line", F.col("_error").alias("reason"),
-                                                         F.col("tbl").alias("source_table")),
-            ev.where(F.col("_error").isNull() & (F.col("_kind") == "row") & (F.col("_target") == UNKNOWN))
-              .select("_file", "_line",
-                      F.concat(F.lit("unknown table "), F.concat_ws(".", "db", "tbl"),
-                               F.lit(f" (not in {self.cfg.file.name}; list it under tables or "
-                                     "ignore_tables)")).alias("reason"),
-                      F.col("tbl").alias("source_table")),
-        ]
+        # The survey's counts say which side outputs can have rows: skip the scans that cannot.
+        n_errors = sum(r.n for r in counts if not r.ok)
+        n_unknown = sum(r.n for r in counts if r._kind == "row" and r.ok and r._target == UNKNOWN)
+        n_ddl = sum(r.n for r in counts if r._kind == "ddl" and r.ok)
+        rejected_parts: list[DataFrame] = []
+        if n_errors:
+            rejected_parts.append(
+                ev.where(F.col("_error").isNotNull()).select("_file", "_line", F.col("_error").alias("reason"),
+                                                             F.col("tbl").alias("source_table")))
+        if n_unknown:
+            rejected_parts.append(
+                ev.where(F.col("_error").isNull() & (F.col("_kind") == "row") & (F.col("_target") == UNKNOWN))
+                  .select("_file", "_line",
+                          F.concat(F.lit("unknown table "), F.concat_ws(".", "db", "tbl"),
+                                   F.lit(f" (not in {self.cfg.file.name}; list it under tables or "
+                                         "ignore_tables)")).alias("reason"),
+                          F.col("tbl").alias("source_table")))
         variant_types = {r._target: parse_object_schema(r.vtype) for r in counts
                          if r._kind == "row" and r.ok and r._target in present}
         pks = {r._target: list(r.pk or []) for r in counts if r._kind == "row" and r.ok}
@@ -273,7 +286,7 @@ class BatchWriter:
             self._cached.append(cached)
 
         if self.targets.write_side_tables:
-            self._write_side_tables(ev, rejected_parts, batch_id, txn)
+            self._write_side_tables(ev, rejected_parts, n_ddl, batch_id, txn)
             phases.mark("quarantine+ddl")
         _crash_point("after_side_tables")
         for plan, changes, existing in work:
@@ -288,19 +301,22 @@ class BatchWriter:
             _crash_point(f"after_table:{plan.name}")
         print(f"[cdc] batch {batch_id}: " + ", ".join(phases.parts), flush=True)
 
-    def _write_side_tables(self, ev: DataFrame, rejected_parts: list[DataFrame], batch_id: int,
-                           txn: Txn) -> None:
-        rejected = rejected_parts[0]
-        for part in rejected_parts[1:]:
-            rejected = rejected.unionByName(part)
-        quarantine = rejected.select(
-            F.col("_file").alias("source_file"), F.col("_line").alias("raw_line"), "reason",
-            "source_table", F.lit(self.cfg.name).alias("pipeline"),
-            F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
-            F.current_timestamp().alias("quarantined_at"))
-        q = self.engine.append(str(self.cfg.quarantine_path), quarantine, txn=txn)
-        self.stats.quarantined += int(q.metrics.get("num_added_rows", 0))
-        self.stats.quarantine_version = q.version
+    def _write_side_tables(self, ev: DataFrame, rejected_parts: list[DataFrame], n_ddl: int,
+                           batch_id: int, txn: Txn) -> None:
+        if rejected_parts:  # (also materializes every table's decoded cache, in one job)
+            rejected = rejected_parts[0]
+            for part in rejected_parts[1:]:
+                rejected = rejected.unionByName(part)
+            quarantine = rejected.select(
+                F.col("_file").alias("source_file"), F.col("_line").alias("raw_line"), "reason",
+                "source_table", F.lit(self.cfg.name).alias("pipeline"),
+                F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
+                F.current_timestamp().alias("quarantined_at"))
+            q = self.engine.append(str(self.cfg.quarantine_path), quarantine, txn=txn)
+            self.stats.quarantined += int(q.metrics.get("num_added_rows", 0))
+            self.stats.quarantine_version = q.version
+        if not n_ddl:  # the survey counted none: an empty append commits nothing anyway
+            return
         ddl = ev.where((F.col("_kind") == "ddl") & F.col("_error").isNull()).select(
             F.col("db").alias("database"), F.col("tbl").alias("table"), "ddl_type",
             F.col("ddl_sql").alias("sql"), F.col("seq").alias("_cdc_seq"),

@@ -218,8 +218,22 @@ def _nothing_new(cfg: PipelineConfig) -> bool:
 def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, checkpoint: Path,
                 max_files: int | None) -> list[dict[str, Any]]:
     events = read_events(spark, cfg, max_files)
-    query = _start(events, writer, checkpoint, cfg.trigger, f"cdc_{cfg.name}_{uuid.uuid4().hex[:6]}")
-    query.awaitTermination()
+    # A micro-batch names its files one by one; above this many paths Spark lists them with a
+    # distributed job (one task per file: ~1 s for 40 local files). The landing folder is a
+    # local/mounted folder, so list on the driver. The stream clones the session (and its conf)
+    # in its own thread, so the previous value is restored only once the query is over.
+    key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, str(max(max_files or cfg.max_files_per_trigger, 32) + 1))
+    try:
+        query = _start(events, writer, checkpoint, cfg.trigger,
+                       f"cdc_{cfg.name}_{uuid.uuid4().hex[:6]}")
+        query.awaitTermination()
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
     if query.exception() is not None:  # awaitTermination raises already; keep the guard explicit
         raise RuntimeError(str(query.exception()))
     return [json.loads(p.json) for p in query.recentProgress]

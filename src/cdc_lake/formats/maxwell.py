@@ -19,42 +19,52 @@ _MARKERS = ("bootstrap-start", "bootstrap-complete")
 
 
 def parse(lines: DataFrame) -> DataFrame:
-    df = lines.select("_file", "_line", F.try_parse_json("_line").alias("v"))
-    v = F.col("v")
-    typ = vget(v, "$.type", "string")
+    # Two projections: every field is read from the parsed line once, then the derived columns
+    # refer to those (Spark keeps the projections apart instead of re-evaluating the reads in
+    # every CASE branch that uses them: about 2x faster on the parse than one big projection).
+    v = F.try_parse_json("_line")
+    df = lines.select("_file", "_line", v.alias("v")).select(
+        "_file", "_line", "v", F.col("v").isNull().alias("bad"),
+        vget(F.col("v"), "$.type", "string").alias("typ"),
+        vget(F.col("v"), "$.position", "string").alias("position"),
+        vget(F.col("v"), "$.ts", "bigint").alias("ts"),
+        # Maxwell omits xoffset on a transaction's commit row: it is the transaction's last row.
+        F.coalesce(vget(F.col("v"), "$.xoffset", "bigint"),
+                   F.when(vget(F.col("v"), "$.commit", "boolean"), F.lit(9_999_999_999)),
+                   F.lit(0)).alias("xoffset"),
+        vget(F.col("v"), "$.xid", "bigint").alias("xid"),
+        vget(F.col("v"), "$.data").alias("data"),
+        vget(F.col("v"), "$.old").alias("old"),
+        vget(F.col("v"), "$.database", "string").alias("db"),
+        vget(F.col("v"), "$.table", "string").alias("tbl"),
+        vget(F.col("v"), "$.primary_key_columns", "array<string>").alias("pk_names"),
+        vget(F.col("v"), "$.sql", "string").alias("ddl_sql"),
+    )
+    typ = F.col("typ")
     op = F.create_map(*[x for k, o in _OPS.items() for x in (F.lit(k), F.lit(o))])[typ]
-    position = vget(v, "$.position", "string")
-    pos_file = F.regexp_extract(position, r"^(.*):(\d+)$", 1)
-    pos_off = F.regexp_extract(position, r"^(.*):(\d+)$", 2)
-    xoffset = F.coalesce(vget(v, "$.xoffset", "bigint"), F.lit(0))
-    ts = vget(v, "$.ts", "bigint")
+    pos_file = F.regexp_extract("position", r"^(.*):(\d+)$", 1)
+    pos_off = F.regexp_extract("position", r"^(.*):(\d+)$", 2)
+    ts, xoffset = F.col("ts"), F.col("xoffset")
     seq = (F.when(pos_off != "", F.concat_ws(".", F.lit("P"), pad(binlog_file_number(pos_file), 10),
                                               pad(pos_off, 20), pad(xoffset, 10)))
            .when(ts.isNotNull(), F.concat_ws(".", F.lit("T"), pad(ts, 12),
-                                             pad(F.coalesce(vget(v, "$.xid", "bigint"), F.lit(0)), 20),
+                                             pad(F.coalesce(F.col("xid"), F.lit(0)), 20),
                                              pad(xoffset, 10))))
     is_ddl = typ.contains("-") & ~typ.startswith("bootstrap")
-    kind = (F.when(v.isNull(), "row").when(typ.isin(*_MARKERS), "skip")
+    kind = (F.when(F.col("bad"), "row").when(typ.isin(*_MARKERS), "skip")
             .when(is_ddl, "ddl").otherwise("row"))
-    data = vget(v, "$.data")
-    error = (F.when(v.isNull(), F.lit("malformed JSON"))
-             .when(kind != "row", F.lit(None))
+    df = df.select("*", op.alias("op"), seq.alias("seq"), kind.alias("_kind"))
+    data = F.col("data")
+    error = (F.when(F.col("bad"), F.lit("malformed JSON"))
+             .when(F.col("_kind") != "row", F.lit(None))
              .when(typ.isNull(), F.lit("missing type"))
-             .when(op.isNull(), F.concat(F.lit("unknown type "), F.to_json(vget(v, "$.type"))))
-             .when(vget(v, "$.table", "string").isNull(), F.lit("missing table"))
-             .when(seq.isNull(), F.lit("missing binlog order (position or ts)"))
+             .when(F.col("op").isNull(),
+                   F.concat(F.lit("unknown type "), F.to_json(vget(F.col("v"), "$.type"))))
+             .when(F.col("tbl").isNull(), F.lit("missing table"))
+             .when(F.col("seq").isNull(), F.lit("missing binlog order (position or ts)"))
              .when(data.isNull() | F.is_variant_null(data), F.lit("missing data")))
     return select_normalized(df.select(
-        "_file", "_line",
-        error.alias("_error"), kind.alias("_kind"),
-        vget(v, "$.database", "string").alias("db"),
-        vget(v, "$.table", "string").alias("tbl"),
-        op.alias("op"), seq.alias("seq"),
-        F.timestamp_seconds(ts).alias("commit_ts"),
-        data.alias("row"),
-        vget(v, "$.old").alias("old"),
-        vget(v, "$.primary_key_columns", "array<string>").alias("pk_names"),
+        "_file", "_line", error.alias("_error"), "_kind", "db", "tbl", "op", "seq",
+        F.timestamp_seconds(ts).alias("commit_ts"), data.alias("row"), "old", "pk_names",
         F.lit(None).cast("map<string,string>").alias("type_hints"),
-        F.when(kind != "row", typ).alias("ddl_type"),
-        vget(v, "$.sql", "string").alias("ddl_sql"),
-    ))
+        F.when(F.col("_kind") != "row", typ).alias("ddl_type"), "ddl_sql"))
