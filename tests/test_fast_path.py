@@ -150,3 +150,17 @@ def test_late_file_with_old_mtime_is_picked_up(spark, tmp_path):
     assert s["events_read"] == 1 and s["batches"] == 1
     assert _rows(cfg.table_path("orders")) == {1: "s1", 2: "s2"}
     assert nothing_new(cfg)
+
+
+def test_auto_engine_no_op_run_starts_no_spark(spark, tmp_path, monkeypatch):
+    """The shipped pipelines use engine auto: their no-op runs must skip Spark too."""
+    (tmp_path / "landing").mkdir()
+    p = tmp_path / "p.yaml"
+    p.write_text(YAML.format(glob="").replace("name: deltalake", "name: auto"), encoding="utf-8")
+    cfg = load_pipeline(p)
+    _land(tmp_path / "landing", "m-000001.json", _event(1))
+    run_pipeline(cfg, spark=spark, run_id="first")
+    monkeypatch.setattr(job, "build_session", _no_spark)
+    summary = run_pipeline(cfg, run_id="noop")  # no session passed, as under spark-submit
+    assert summary["batches"] == 0 and summary["engine"] == "auto (not started: nothing new)"
+    assert summary["tables"]["orders"]["delta_version"] is not None

@@ -55,6 +55,7 @@ class RunStats:
     tables: dict[str, TableStats] = field(default_factory=dict)
     batch_seconds: list[float] = field(default_factory=list)
     startup_s: float = 0.0
+    engine_label: str | None = None
 
 
 @dataclass(frozen=True)

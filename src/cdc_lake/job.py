@@ -107,6 +107,8 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
         if fast_engine is not None and nothing_new(cfg):
             # Nothing the file source would pick up: no Spark session, no query, no commit.
             engine, progress = fast_engine, []
+            if spark is None and cfg.engine != "deltalake":
+                stats.engine_label = f"{cfg.engine} (not started: nothing new)"
             stats.startup_s = round(time.monotonic() - t0, 3)
         else:
             spark = spark or build_session(cfg)
@@ -141,11 +143,11 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
 
 def _fast_path_engine(cfg: PipelineConfig, spark: SparkSession | None) -> Engine | None:
     """The engine a no-op run would report, if it can be had without starting Spark."""
-    if cfg.engine == "deltalake":
-        return DeltaRsEngine(spark)  # type: ignore[arg-type]  # metadata reads only
-    if spark is not None:  # auto / delta-spark: the session exists already, asking is cheap
+    if spark is not None and cfg.engine != "deltalake":  # the session exists: asking is cheap
         return select_engine(spark, cfg.engine)
-    return None
+    # No session: only table versions are read for the summary, and the Delta log format is the
+    # protocol, so delta-rs reads them whichever engine wrote the tables.
+    return DeltaRsEngine(spark)  # type: ignore[arg-type]
 
 
 _GLOB_SAFE = re.compile(r"[^{}\\^]*")  # fnmatch agrees with Hadoop's glob on these patterns
@@ -271,13 +273,14 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
     for name in sorted(selected):
         st = stats.tables.get(name)
         version = st.delta_version if st and st.delta_version is not None else \
-            engine.version(str(cfg.tables[name].path))
+            _version_or_none(engine, cfg.tables[name].path)
         tables[name] = {"inserted": st.inserted if st else 0, "updated": st.updated if st else 0,
                         "deleted": st.deleted if st else 0, "delta_version": version,
                         "skipped_batches": st.skipped_batches if st else 0}
     batch_ids = sorted(set(stats.batch_ids))
     return {
-        "pipeline": cfg.name, "run_id": run_id, "status": "succeeded", "engine": engine.name,
+        "pipeline": cfg.name, "run_id": run_id, "status": "succeeded",
+        "engine": stats.engine_label or engine.name,
         "trigger": cfg.trigger, "full_refresh": full_refresh,
         "started_at": started_at.isoformat(timespec="seconds"),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -292,9 +295,9 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
         "skipped_lines": stats.skipped_lines, "ignored": stats.ignored,
         "tables": tables,
         "quarantine_version": stats.quarantine_version if stats.quarantine_version is not None
-        else engine.version(str(cfg.quarantine_path)),
+        else _version_or_none(engine, cfg.quarantine_path),
         "ddl_log_version": stats.ddl_log_version if stats.ddl_log_version is not None
-        else engine.version(str(cfg.ddl_log_path)),
+        else _version_or_none(engine, cfg.ddl_log_path),
         "batch_seconds": stats.batch_seconds,
         # StreamingQueryProgress: planning + execution time of each micro-batch as Spark saw it.
         "progress": [{"batch_id": p.get("batchId"),
@@ -303,6 +306,14 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
                      for p in progress],
         "checkpoint": str(cfg.checkpoint_path),
     }
+
+
+def _version_or_none(engine: Engine, path: Path) -> int | None:
+    """A table's version for the summary; a table this engine cannot read reports None."""
+    try:
+        return engine.version(str(path))
+    except Exception:  # noqa: BLE001 - the summary must not fail a run that succeeded
+        return None
 
 
 def _record(cfg: PipelineConfig, summary: dict[str, Any]) -> None:
