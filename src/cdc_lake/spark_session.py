@@ -16,11 +16,10 @@ from cdc_lake.config import PipelineConfig
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-BASE_CONF = {
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.ui.showConsoleProgress": "false",
-}
+BASE_CONF = {"spark.sql.session.timeZone": "UTC"}
+# Only for sessions this module starts itself (local mode): under spark-submit the cluster's and
+# the command line's settings stand.
+LOCAL_DEFAULTS = {"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
 
 
 def delta_spark_conf(cfg: PipelineConfig) -> dict[str, str]:
@@ -52,6 +51,8 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None) -> SparkSess
     # is handed a gateway port. Only a bare `python ...` run picks local mode itself.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master("local[*]")
+        for k, v in LOCAL_DEFAULTS.items():
+            builder = builder.config(k, v)
     for k, v in session_conf(cfg).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
