@@ -17,9 +17,6 @@ from cdc_lake.config import PipelineConfig
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 BASE_CONF = {"spark.sql.session.timeZone": "UTC"}
-# Only for sessions this module starts itself (local mode): under spark-submit the cluster's and
-# the command line's settings stand.
-LOCAL_DEFAULTS = {"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
 
 
 def delta_spark_conf(cfg: PipelineConfig) -> dict[str, str]:
@@ -50,11 +47,15 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None) -> SparkSess
     # Under spark-submit the JVM (and its --master/--packages) already exists: the Python driver
     # is handed a gateway port. Only a bare `python ...` run picks local mode itself.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master("local[*]")
-        for k, v in LOCAL_DEFAULTS.items():
-            builder = builder.config(k, v)
+        builder = builder.master("local[*]").config("spark.ui.showConsoleProgress", "false")
     for k, v in session_conf(cfg).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions") and \
+            "spark.sql.shuffle.partitions" not in cfg.spark_conf:
+        # AQE is off in streaming, so the default 200 shuffle partitions would mean 200 tiny tasks
+        # per window on a small machine; size them to the cores unless someone chose a value.
+        spark.conf.set("spark.sql.shuffle.partitions",
+                       str(max(4, 2 * spark.sparkContext.defaultParallelism)))
     return spark
