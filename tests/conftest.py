@@ -7,6 +7,7 @@ are skipped and the reason is printed in the session header and the summary.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -48,6 +49,9 @@ def spark():  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    # py4j logs from __del__ at interpreter exit, after pytest closed its streams: keep it quiet
+    # so the run ends with pytest's own summary line.
+    logging.getLogger("py4j").setLevel(logging.ERROR)
 
 
 def _engine_params() -> list[str]:
