@@ -307,8 +307,7 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     r.check_known({"pipeline", "description", "owner", "tags", "schedule", "start_date", "retries",
                    "source", "trigger", "storage", "engine", "spark", "tables", "ignore_tables",
                    "infer_temporal"})
-    name = r.str("pipeline", required=True)
-    assert name is not None
+    name = r.str("pipeline", required=True) or ""  # required=True raised if missing
     if not NAME_RE.match(name):
         raise r.fail("pipeline", f"{name!r} must match {NAME_RE.pattern} (it becomes the DAG id)")
 
@@ -320,7 +319,8 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     storage = r.section("storage", required=True)
     storage.check_known({"root", "checkpoint", "quarantine", "ddl_log", "runs"})
     root = storage.path("root", required=True)
-    assert landing is not None and root is not None
+    if landing is None or root is None:  # unreachable: required=True raised; narrows the types
+        raise r.fail("storage.root", "is required")
 
     eng = r.section("engine")
     eng.check_known({"name", "delta_spark"})
@@ -353,8 +353,7 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     if len(set(paths)) != len(paths):
         raise r.fail("tables", "two tables share one target path")
 
-    max_files = src.int("max_files_per_trigger", default=1000)
-    assert max_files is not None
+    max_files = src.int("max_files_per_trigger", default=1000) or 1000
     return PipelineConfig(
         file=file,
         name=name,
