@@ -229,7 +229,7 @@ def run_phase(phase: str, cfg_path: Path) -> dict[str, Any]:
         out["seconds"] = round(time.perf_counter() - t1, 3)
         out["rows"] = n
     else:
-        from cdc_lake.job import run_pipeline
+        from cdc_lake.cdc.job import run_pipeline
 
         t1 = time.perf_counter()
         summary = run_pipeline(cfg, spark=spark, run_id=f"bench-{phase}")

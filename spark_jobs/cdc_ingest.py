@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_pipeline(args.pipeline)
         tables = [t for t in (args.tables or "").split(",") if t] or None
-        from cdc_lake.job import SUMMARY_PREFIX, run_pipeline
+        from cdc_lake.cdc.job import SUMMARY_PREFIX, run_pipeline
 
         summary = run_pipeline(cfg, run_id=args.run_id, tables=tables,
                                max_files_per_trigger=args.max_files_per_trigger,

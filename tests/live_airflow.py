@@ -531,7 +531,7 @@ def dump_logs(af: LiveAirflow, lines: int = 25, save_to: Path | None = None) -> 
 
 def real_pipeline_parts() -> tuple[bool, str]:
     """(ready, reason): the real DAG file and Spark job exist in the repo."""
-    missing = [p for p in ("dags/cdc_pipelines.py", "spark_jobs/cdc_ingest.py", "src/cdc_lake/job.py")
+    missing = [p for p in ("dags/cdc_pipelines.py", "spark_jobs/cdc_ingest.py", "src/cdc_lake/cdc/job.py")
                if not (REPO / p).is_file()]
     if missing:
         return False, f"not written yet: {', '.join(missing)} (real pipeline tests skipped)"

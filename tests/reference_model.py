@@ -1,6 +1,6 @@
 """Independent reference model of what the Delta tables must contain.
 
-Plain Python, sharing no code with the job (``cdc_lake.job``/``formats``/``engines``) nor with the
+Plain Python, sharing no code with the job (``cdc_lake.cdc.job``/``formats``/``engines``) nor with the
 demo generator: it parses raw landing lines of each format itself (from the public format
 descriptions in ``/work/shared/docs/binlog-formats.md``), orders the changes by binlog order,
 drops duplicates and replays them into ``table -> key tuple -> row`` (SCD1) or into version rows

@@ -1,4 +1,4 @@
-"""CDC correctness of ``cdc_lake.job.run_pipeline`` against the independent reference model.
+"""CDC correctness of ``cdc_lake.cdc.job.run_pipeline`` against the independent reference model.
 
 Two kinds of tests, for each of the three formats:
 
@@ -126,7 +126,7 @@ class Pipeline:
         return path
 
     def run(self, spark: Any, run_id: str, max_files: int | None = None) -> dict[str, Any]:
-        from cdc_lake.job import run_pipeline
+        from cdc_lake.cdc.job import run_pipeline
 
         summary = run_pipeline(self.cfg, spark=spark, run_id=run_id,
                                max_files_per_trigger=max_files)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import cdc_lake.job as job
+import cdc_lake.cdc.job as job
 from cdc_lake.config import load_pipeline
-from cdc_lake.job import nothing_new, run_pipeline
+from cdc_lake.cdc.job import nothing_new, run_pipeline
 
 YAML = """pipeline: fast_path
 source: {{format: maxwell, path: landing, database: shop{glob}}}

@@ -10,7 +10,7 @@ from reference_model import ReferenceModel, RefConfig, assert_no_diff, diff_tabl
 from cdc_lake.config import load_pipeline
 from cdc_lake.demo.generator import generate
 from cdc_lake.demo.pipeline_yaml import write_pipeline_yaml
-from cdc_lake.job import run_pipeline
+from cdc_lake.cdc.job import run_pipeline
 
 
 def _expected(yaml, landing):  # type: ignore[no-untyped-def]

@@ -600,7 +600,7 @@ def assert_lake_matches(srv: MariaDBServer, cfg: Any, context: str) -> None:
 def test_pipeline_equals_source(shop: tuple[MariaDBServer, str, str], tmp_path: Path,
                                 spark: Any) -> None:
     from cdc_lake.config import load_pipeline
-    from cdc_lake.job import run_pipeline
+    from cdc_lake.cdc.job import run_pipeline
 
     srv, user, pw = shop
     # this test's tables start where the earlier tests left them: capture from the beginning

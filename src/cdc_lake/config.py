@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import yaml
 
+KINDS = ("cdc", "enrich", "dimension")
 FORMATS = ("debezium", "maxwell", "canal")
 TRIGGERS = ("available_now", "once")
 ENGINES = ("auto", "deltalake", "delta-spark")
@@ -111,6 +112,7 @@ class PipelineConfig:
     infer_temporal: bool
     tables: dict[str, TableConfig]
     ignore_tables: tuple[str, ...] = field(default=())
+    kind: Literal["cdc"] = "cdc"
 
     def table_path(self, table: str) -> Path:
         return self.tables[table].path
@@ -287,11 +289,35 @@ def _parse_table(r: _Reader, name: str, source_format: str, default_db: str | No
     )
 
 
-def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
-    """Load and validate one pipeline YAML file.
+def load_pipeline(path: str | os.PathLike[str]) -> Any:
+    """Load and validate one pipeline YAML file of any kind (top-level ``kind:``, default ``cdc``).
+
+    Returns the kind's frozen config: :class:`PipelineConfig` for ``cdc``, the enrichment and
+    dimension-refresh configs of :mod:`cdc_lake.enrich.config` / :mod:`cdc_lake.dimensions.config`
+    for the others. Every kind's config has ``kind``, ``name``, ``file``, ``description``,
+    ``owner``, ``tags``, ``schedule``, ``start_date``, ``retries`` and ``spark_conn_id``.
 
     Raises:
         ConfigError: the file is missing, not YAML, or a key is missing/unknown/invalid.
+    """
+    file, raw = read_yaml(path)
+    kind = raw.get("kind", "cdc")
+    if kind == "enrich":
+        from cdc_lake.enrich.config import load_enrich_pipeline
+        return load_enrich_pipeline(file, raw)
+    if kind == "dimension":
+        from cdc_lake.dimensions.config import load_dimension_pipeline
+        return load_dimension_pipeline(file, raw)
+    if kind != "cdc":
+        raise ConfigError(file, "kind", f"unknown value {kind!r}; expected one of: {', '.join(KINDS)}")
+    return load_cdc_pipeline(file, raw)
+
+
+def read_yaml(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
+    """The resolved file and its top-level mapping, ``${VAR}`` already expanded.
+
+    Raises:
+        ConfigError: the file is missing, not YAML, or not a mapping.
     """
     file = Path(path).expanduser().resolve()
     if not file.is_file():
@@ -302,9 +328,13 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
         raise ConfigError(file, "", f"not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(file, "", f"expected a mapping at top level, got {type(raw).__name__}")
-    raw = _expand_env(raw, file, "")
+    return file, _expand_env(raw, file, "")
+
+
+def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
+    """Validate the mapping of a ``kind: cdc`` pipeline YAML (see :func:`load_pipeline`)."""
     r = _Reader(file, raw)
-    r.check_known({"pipeline", "description", "owner", "tags", "schedule", "start_date", "retries",
+    r.check_known({"kind", "pipeline", "description", "owner", "tags", "schedule", "start_date", "retries",
                    "source", "trigger", "storage", "engine", "spark", "tables", "ignore_tables",
                    "infer_temporal"})
     name = r.str("pipeline", required=True) or ""  # required=True raised if missing
@@ -389,9 +419,9 @@ def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     )
 
 
-def load_all(directory: str | os.PathLike[str]) -> tuple[list[PipelineConfig], list[ConfigError]]:
-    """Load every ``*.yaml``/``*.yml`` in a folder; broken files are returned, not skipped silently."""
-    ok: list[PipelineConfig] = []
+def load_all(directory: str | os.PathLike[str]) -> tuple[list[Any], list[ConfigError]]:
+    """Load every ``*.yaml``/``*.yml`` in a folder (any kind); broken files are returned, not skipped silently."""
+    ok: list[Any] = []
     bad: list[ConfigError] = []
     files = sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")])
     for f in files:
@@ -408,3 +438,10 @@ def load_all(directory: str | os.PathLike[str]) -> tuple[list[PipelineConfig], l
         else:
             names[cfg.name] = cfg.file
     return ok, bad
+
+
+# Shared building blocks for the other kinds' config modules (cdc_lake.enrich.config, ...), so
+# every kind validates the same way and its errors name file, dotted key, value and fix.
+Reader = _Reader
+expand_env = _expand_env
+parse_schedule = _parse_schedule

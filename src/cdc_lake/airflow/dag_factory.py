@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Asset, CronTriggerTimetable
@@ -91,8 +92,23 @@ def _build_all(directory: str | os.PathLike[str] | None) -> tuple[dict[str, DAG]
     return dags, errors
 
 
-def build_dag(cfg: PipelineConfig) -> DAG:
-    """The DAG of one pipeline: a single ``CdcSparkSubmitOperator`` task.
+def build_dag(cfg: Any) -> DAG:
+    """The DAG of one pipeline YAML of any kind (``cfg.kind``: ``cdc``, ``enrich``, ``dimension``).
+
+    Raises:
+        ConfigError: ``start_date`` or a schedule Asset URI that Airflow cannot use.
+    """
+    if cfg.kind == "enrich":
+        from cdc_lake.airflow.enrich_dags import build_enrich_dag
+        return build_enrich_dag(cfg)
+    if cfg.kind == "dimension":
+        from cdc_lake.airflow.enrich_dags import build_dimension_dag
+        return build_dimension_dag(cfg)
+    return build_cdc_dag(cfg)
+
+
+def build_cdc_dag(cfg: PipelineConfig) -> DAG:
+    """The DAG of one CDC pipeline: a single ``CdcSparkSubmitOperator`` task.
 
     Raises:
         ConfigError: ``start_date`` or a schedule Asset URI that Airflow cannot use.

@@ -1,7 +1,7 @@
-"""Format parsers: raw landing lines -> normalized change events (see :mod:`cdc_lake.events`).
+"""Format parsers: raw landing lines -> normalized change events (see :mod:`cdc_lake.cdc.events`).
 
 Each parser is pure Spark SQL (no Python UDFs): it takes a DataFrame with ``_file`` and
-``_line`` and returns the columns of :data:`cdc_lake.events.COLUMNS`.
+``_line`` and returns the columns of :data:`cdc_lake.cdc.events.COLUMNS`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 
-from cdc_lake.formats import canal, debezium, maxwell
+from cdc_lake.cdc.formats import canal, debezium, maxwell
 
 PARSERS: dict[str, Callable[[DataFrame], DataFrame]] = {
     "debezium": debezium.parse,

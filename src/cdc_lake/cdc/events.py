@@ -1,6 +1,6 @@
 """The normalized change event: the one data contract between format parsers and writers.
 
-Every parser (``cdc_lake.formats.*``) turns raw landing lines into rows with exactly these
+Every parser (``cdc_lake.cdc.formats.*``) turns raw landing lines into rows with exactly these
 columns; nothing downstream knows which format a row came from.
 
 =============  ===================  ======================================================

@@ -31,11 +31,11 @@ from urllib.parse import unquote, urlsplit
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_lake.batch_writer import BatchWriter, RunStats, TableStats, Targets
+from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
 from cdc_lake.checkpoint import instance_id, lock_for
 from cdc_lake.config import ConfigError, PipelineConfig
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
-from cdc_lake.formats import parser_for
+from cdc_lake.cdc.formats import parser_for
 from cdc_lake.runids import run_summary_path, safe_run_id
 from cdc_lake.spark_session import build_session
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.events import pad, select_normalized, vget
+from cdc_lake.cdc.events import pad, select_normalized, vget
 
 _OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_lake.column_types import ColumnType, decode, raw_present, variant_path
+from cdc_lake.cdc.column_types import ColumnType, decode, raw_present, variant_path
 from cdc_lake.engines import MergeSpec
 
 META = ("_cdc_op", "_cdc_seq", "_cdc_commit_ts", "_cdc_run_id")

@@ -18,8 +18,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_lake import changes as ch
-from cdc_lake.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
+from cdc_lake.cdc import changes as ch
+from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
                                    parse_object_schema, resolve, variant_path)
 from cdc_lake.config import PipelineConfig
 from cdc_lake.engines import Engine, Txn, WriteResult

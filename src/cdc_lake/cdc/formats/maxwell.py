@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.events import binlog_file_number, pad, select_normalized, vget
+from cdc_lake.cdc.events import binlog_file_number, pad, select_normalized, vget
 
 _OPS = {"insert": "insert", "update": "update", "delete": "delete", "bootstrap-insert": "snapshot"}
 _MARKERS = ("bootstrap-start", "bootstrap-complete")
