@@ -1,5 +1,5 @@
 # Two commands on a fresh machine:  make demo   |   make test
-.PHONY: setup demo test test-slow test-all airflow airflow-stop bench lint clean
+.PHONY: setup demo test test-slow test-all airflow airflow-stop bench bench-quick lint clean
 
 setup:
 	scripts/bootstrap.sh
@@ -20,7 +20,10 @@ airflow-stop:
 	scripts/airflow_local.sh stop
 
 bench:
-	scripts/bootstrap.sh && .venv/bin/python benchmarks/bench_ingest.py
+	scripts/bootstrap.sh && .venv/bin/python benchmarks/bench.py
+
+bench-quick:
+	scripts/bootstrap.sh && .venv/bin/python benchmarks/bench.py --quick
 
 clean:
 	rm -rf data var test-artifacts .pytest_cache

@@ -39,8 +39,27 @@ class _LazyStatusApp:
         await self._app(scope, receive, send)
 
 
+class _LazyConfGuard:
+    """Root ASGI middleware ``cdc_lake.airflow.conf_guard.UnknownConfGuard`` (imported on first
+    use): unknown trigger ``conf`` keys of cdc-lake DAGs get HTTP 400 naming the valid keys."""
+
+    def __init__(self, app: Any) -> None:
+        self.app, self._guard = app, None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if self._guard is None:
+            from cdc_lake.airflow.conf_guard import UnknownConfGuard
+
+            self._guard = UnknownConfGuard(self.app)
+        await self._guard(scope, receive, send)
+
+
 class CdcLakePlugin(AirflowPlugin):
     name = "cdc_lake"
+    fastapi_root_middlewares = [
+        {"middleware": _LazyConfGuard, "args": [], "kwargs": {},
+         "name": "cdc-lake: refuse unknown trigger conf keys"},
+    ]
     fastapi_apps = [
         {"app": _LazyStatusApp(), "url_prefix": URL_PREFIX, "name": "CDC pipelines status"},
     ]

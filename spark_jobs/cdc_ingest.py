@@ -2,13 +2,15 @@
 
     spark-submit spark_jobs/cdc_ingest.py --pipeline pipelines/shop_maxwell.yaml --run-id r1
 
-Exit codes: 0 ok, 2 config/argument error, 75 pipeline locked by another run, 1 other failure.
+Exit codes: 0 ok, 2 config/argument error, 3 stored state needs recovery (damaged checkpoint
+file, table deleted behind the checkpoint; the message gives the command), 4 quarantine threshold
+exceeded (data written, summary printed; do not retry), 75 pipeline locked by another run,
+1 other failure.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -18,7 +20,13 @@ try:
 except ImportError:  # a bare checkout: use the repo's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED = 2, 75, 1
+EXIT_CONFIG, EXIT_STATE, EXIT_QUARANTINE, EXIT_LOCKED, EXIT_FAILED = 2, 3, 4, 75, 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        valid = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
+        self.exit(EXIT_CONFIG, f"[cdc] ARGUMENT ERROR: {message}. Valid options: {', '.join(valid)}\n")
 
 
 def _positive_int(text: str) -> int:
@@ -28,7 +36,9 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # No abbreviations (``--max-files 5`` or ``--full`` must not pass for an option), and an
+    # unknown option names the valid ones: a mistyped run parameter never runs with defaults.
+    p = _Parser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--pipeline", required=True, help="pipeline YAML file")
     p.add_argument("--run-id", default=None, help="run id (Airflow passes its run_id)")
     p.add_argument("--tables", default=None, help="comma-separated table subset (full refresh)")
@@ -37,12 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from cdc_lake.checkpoint import PipelineLocked
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.quarantine_limits import QuarantineThresholdExceeded
+    from cdc_lake.summary import print_summary
     from cdc_lake.config import ConfigError, load_pipeline
 
     try:
         cfg = load_pipeline(args.pipeline)
         tables = [t for t in (args.tables or "").split(",") if t] or None
-        from cdc_lake.cdc.job import SUMMARY_PREFIX, run_pipeline
+        from cdc_lake.cdc.job import run_pipeline
 
         summary = run_pipeline(cfg, run_id=args.run_id, tables=tables,
                                max_files_per_trigger=args.max_files_per_trigger,
@@ -50,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"[cdc] CONFIG ERROR: {e}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
+    except QuarantineThresholdExceeded as e:
+        print_summary(e.summary, human=_human(e.summary))
+        print(f"[cdc] QUARANTINE THRESHOLD EXCEEDED: {e}", file=sys.stderr, flush=True)
+        return EXIT_QUARANTINE
+    except PipelineStateError as e:
+        print(f"[cdc] NEEDS RECOVERY: {e}", file=sys.stderr, flush=True)
+        return EXIT_STATE
     except PipelineLocked as e:
         print(f"[cdc] PIPELINE LOCKED: {e}", file=sys.stderr, flush=True)
         return EXIT_LOCKED
@@ -57,19 +77,24 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print("[cdc] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
         return EXIT_FAILED
-    print(_human(summary), flush=True)
-    print(SUMMARY_PREFIX + json.dumps(summary, default=str), flush=True)
+    print_summary(summary, human=_human(summary))
     return 0
 
 
-def _human(s: dict) -> str:
+def _human(s: dict) -> list[str]:
     lines = [f"[cdc] pipeline {s['pipeline']} run {s['run_id']}: {s['batches']} batch(es) "
              f"{s['batch_ids']}, {s['events_read']} events read, {s['quarantined']} quarantined, "
-             f"{s['ddl_events']} DDL, engine {s['engine']}, {s['duration_s']} s"]
+             f"{s['ddl_events']} DDL, engine {s['engine']}, {s['duration_s']} s, "
+             f"status {s['status']}"]
+    if s.get("quarantined"):
+        lines.append(f"[cdc]   QUARANTINED {s['quarantined']} of {s['events_read']} events "
+                     f"(see the quarantine table; run_id = {s['run_id']})")
+    for r in (s.get("quarantine_threshold") or {}).get("top_reasons", []):
+        lines.append(f"[cdc]     {r['count']}x {r['reason']}")
     for name, t in s["tables"].items():
         lines.append(f"[cdc]   {name:<16} +{t['inserted']} ~{t['updated']} -{t['deleted']} "
                      f"-> Delta version {t['delta_version']}")
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

@@ -113,3 +113,25 @@ class StandaloneCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+def python_without_package(folder: Path, package: str = "cdc_lake") -> Path:
+    """An executor Python that has this venv's libraries (pyspark, pyarrow, deltalake) but NOT
+    ``package``: the interpreter runs with ``-S`` (no ``.pth`` files, so the editable install's
+    path entry is gone) and gets site-packages through ``PYTHONPATH`` instead. Anything that
+    imports ``package`` on an executor must get it from the submission (``--py-files``).
+    """
+    import site
+
+    site_dirs = ":".join(p for p in site.getsitepackages() if Path(p).is_dir())
+    wrapper = folder / "python-without-package"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"# executor Python without {package} (tests/spark_cluster.py)\n"
+        f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site_dirs}" exec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    probe = subprocess.run([str(wrapper), "-c", f"import {package}"], capture_output=True, text=True,
+                           cwd=folder, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    if probe.returncode == 0:
+        raise RuntimeError(f"{wrapper} can still import {package}; the test would prove nothing")
+    return wrapper

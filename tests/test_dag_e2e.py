@@ -208,6 +208,8 @@ def test_scheduled_style_run_passes_no_optional_args(monkeypatch, tmp_path, fake
     (75, {}, "skipped"),                        # lock held: the holder processes the pipeline
     (75, {"full_refresh": True}, "failed"),     # a requested rebuild must not vanish silently
     (2, {}, "failed"),                          # config/argument error: a retry cannot help
+    (3, {}, "failed"),                          # checkpoint/table needs recovery: a retry cannot help
+    (4, {}, "failed"),                          # quarantine threshold: a retry would find nothing new
 ])
 def test_exit_codes_that_must_not_retry(monkeypatch, tmp_path, fake_spark, airflow_db, exit_code, conf, state):
     write_pipeline(tmp_path, "e2e_rc", retries=3)
@@ -242,6 +244,22 @@ def test_lock_message_names_the_holder(monkeypatch, tmp_path, fake_spark):
     assert "is locked by another run (job exit code 75)" in str(exc.value)
     assert '"pid": 4242, "run_id": "scheduled__other"' in str(exc.value)
     assert "BlockManager" not in str(exc.value)
+
+
+def test_postgres_lock_dsn_is_exported_from_the_airflow_connection(monkeypatch, tmp_path):
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    path = write_pipeline(tmp_path, "pglock")
+    path.write_text(path.read_text() + "lock: {backend: postgres, conn_id: lake_locks}\n")
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_LOCKS", "postgres://locker:s3cret@db.example:5432/airflow")
+    monkeypatch.setenv("CDC_PY_FILES_DIR", str(tmp_path / "py-files"))
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(path))
+    op._ship_package()
+    assert op.env_vars["CDC_LOCK_DSN"].startswith("postgres://locker:s3cret@db.example:5432/airflow")
+    plain = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(write_pipeline(tmp_path, "filelock")))
+    plain._ship_package()
+    assert "CDC_LOCK_DSN" not in (plain.env_vars or {})
 
 
 def test_hook_master_comes_from_the_connection(monkeypatch):

@@ -21,8 +21,30 @@ def engine(spark, engine_name):  # type: ignore[no-untyped-def]
 
 
 def _rows(engine, path):  # type: ignore[no-untyped-def]
+    """The table's rows read independently of the engine under test (delta-rs, no Spark),
+    checked against what the engine's own ``read`` returns."""
+    from reference_model import read_delta_rows
+
+    rows = sorted(read_delta_rows(path), key=lambda r: r["id"])
     df = engine.read(path)
-    return sorted((r.asDict() for r in df.collect()), key=lambda r: r["id"]) if df is not None else []
+    via_engine = sorted((r.asDict() for r in df.collect()), key=lambda r: r["id"]) if df is not None else []
+    assert [r["id"] for r in via_engine] == [r["id"] for r in rows], (via_engine, rows)
+    return rows
+
+
+def _log_txns(path) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """``appId -> version`` from the ``txn`` actions of the JSON commit files (Delta protocol),
+    parsed here, not by the engine under test."""
+    import json
+    from pathlib import Path
+
+    out: dict[str, int] = {}
+    for f in sorted(Path(path, "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            txn = json.loads(line).get("txn") if line.strip() else None
+            if txn:
+                out[txn["appId"]] = max(out.get(txn["appId"], -1), int(txn["version"]))
+    return out
 
 
 def _df(spark, rows, schema="id bigint, name string, amount decimal(10,2), seq string"):  # type: ignore[no-untyped-def]
@@ -47,6 +69,7 @@ def test_merge_creates_table_and_is_idempotent_per_txn(spark, engine, tmp_path):
     assert [r["id"] for r in _rows(engine, path)] == [1, 2]
     assert engine.txn_version(path, "app-1") == 0
     assert engine.txn_version(path, "other-app") is None
+    assert _log_txns(path) == {"app-1": 0}  # recorded in the same commit as the data
 
 
 def test_new_app_id_is_not_mistaken_for_done(spark, engine, tmp_path):
@@ -87,6 +110,7 @@ def test_append_idempotent_and_types_preserved(spark, engine, tmp_path):
     assert engine.append(path, df, txn=Txn("q", 3)).inserted == 1
     assert engine.append(path, df, txn=Txn("q", 3)).skipped
     assert engine.append(path, df, txn=Txn("q", 2)).skipped  # older versions are done too
+    assert _log_txns(path) == {"q": 3}
     rows = _rows(engine, path)
     assert len(rows) == 1 and rows[0]["at"].replace(tzinfo=timezone.utc) == ts
 
@@ -120,8 +144,17 @@ def test_read_missing_table_is_none(spark, engine, tmp_path):
 def test_auto_prefers_delta_spark_only_when_classes_load(spark):
     from cdc_lake.engines import delta_spark_available
 
+    # The expectation must not come from the function under test: ask the JVM directly.
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(
+            "io.delta.tables.DeltaTable", True,
+            spark.sparkContext._jvm.java.lang.Thread.currentThread().getContextClassLoader())
+        loads = True
+    except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
+        loads = False
     ok, _ = delta_spark_available(spark)
-    assert select_engine(spark, "auto").name == ("delta-spark" if ok else "deltalake")
+    assert ok == loads
+    assert select_engine(spark, "auto").name == ("delta-spark" if loads else "deltalake")
     if not ok:
         with pytest.raises(RuntimeError, match="delta-spark"):
             select_engine(spark, "delta-spark")

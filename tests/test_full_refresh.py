@@ -56,3 +56,32 @@ def test_full_refresh_rebuilds_chosen_table_atomically(spark, tmp_path):
     for name in ("products", "orders"):
         assert_no_diff(diff_table(model.scd1(name), read_delta_rows(cfg.tables[name].path), ("id",),
                                   table=name))
+
+
+def test_full_refresh_of_table_without_events_empties_it_and_keeps_other_staging(spark, tmp_path):
+    """Issue 6 items 8a and 10: a table with no events in the landing history is rebuilt as an
+    empty table (one swap commit, schema kept); another pipeline's ``_staging`` under the same
+    storage root is left alone."""
+    from job_helpers import event, land, pipeline, rows
+
+    cfg = pipeline(tmp_path, name="refresh_empty")
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    gone = land(cfg.landing_path, "b.json", event(3, "customers"), event(4, "customers"))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    customers = cfg.tables["customers"].path
+    assert rows(customers) == {3: "s3", 4: "s4"}
+    before = DeltaTable(str(customers)).version()
+    other = cfg.lake_root / "_staging" / "other_pipeline" / "run_x"
+    other.mkdir(parents=True)
+    (other / "keep.txt").write_text("another pipeline's refresh in progress")
+    gone.unlink()  # the landing history no longer holds any customers event
+
+    s = run_pipeline(cfg, spark=spark, run_id="refresh1", tables=["customers"], full_refresh=True)
+
+    assert s["status"] == "succeeded"
+    assert rows(customers) == {}, "an empty table is the truth"
+    assert DeltaTable(str(customers)).version() == before + 1
+    assert "status" in DeltaTable(str(customers)).schema().to_arrow().names  # schema kept
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
+    assert (other / "keep.txt").is_file(), "another pipeline's staging was deleted"
+    assert not (cfg.lake_root / "_staging" / cfg.name).exists()

@@ -96,3 +96,18 @@ def test_second_run_fails_fast_while_lock_is_held(tmp_path):
     # The holder is unaffected: the lock can be taken again once released.
     lock.acquire("next")
     lock.release()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--max-file-per-trigger", "5"], "unrecognized arguments: --max-file-per-trigger 5"),
+    (["--max-files", "5"], "unrecognized arguments: --max-files 5"),  # no abbreviations
+    (["--full"], "unrecognized arguments: --full"),
+])
+def test_unknown_or_abbreviated_options_are_refused_naming_the_valid_ones(tmp_path, args, words):
+    """Issue 6 item 9, at job start: a mistyped run parameter must not run with the defaults."""
+    p = _yaml(tmp_path, GOOD)
+    r = _cli("--pipeline", str(p), *args)
+    assert r.returncode == 2, r.stderr
+    assert words in r.stderr and "Valid options: --full-refresh, --help, --max-files-per-trigger, " \
+        "--pipeline, --run-id, --tables" in r.stderr, r.stderr
+    assert not (tmp_path / "lake").exists()  # nothing ran

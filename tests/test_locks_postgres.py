@@ -5,6 +5,7 @@ the lock (the server drops the dead session), a lost session is noticed by ``ver
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -118,3 +119,116 @@ def test_unreachable_database_is_a_clear_error_without_the_password():
     with pytest.raises(LockBackendError) as e:
         lock.acquire("r")
     assert "s3cret" not in str(e.value) and "cannot connect" in str(e.value)
+
+
+# --------------------------------------------------------------------------- wired into the job
+
+JOB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark_jobs",
+                   "cdc_ingest.py")
+
+
+FILES = 6
+
+
+def _pg_pipeline(tmp_path, name: str):  # type: ignore[no-untyped-def]
+    from job_helpers import event, land, pipeline
+
+    cfg = pipeline(tmp_path, name=name, extra="lock: {backend: postgres, dsn: '${CDC_TEST_LOCK_DSN}'}\n")
+    for f in range(FILES):  # one-file micro-batches after a Spark start: the holder is caught
+        land(cfg.landing_path, f"f{f:03d}.json", *(event(f * 10 + i) for i in range(1, 3)))
+    return cfg
+
+
+def _holder_row(name: str, checkpoint) -> dict | None:  # type: ignore[no-untyped-def]
+    import psycopg2
+
+    from cdc_lake.locks import HOLDERS_TABLE
+
+    conn = psycopg2.connect(DSN)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (HOLDERS_TABLE,))
+            if not cur.fetchone()[0]:
+                return None
+            cur.execute(f"SELECT h.holder FROM {HOLDERS_TABLE} h JOIN pg_locks l ON l.pid = h.backend_pid "
+                        "AND l.locktype = 'advisory' AND l.granted WHERE h.name = %s",
+                        (f"{name}:{checkpoint}",))
+            row = cur.fetchone()
+            return None if row is None else (row[0] if isinstance(row[0], dict) else json.loads(row[0]))
+    finally:
+        conn.close()
+
+
+def test_two_job_processes_one_checkpoint_postgres_lock(spark, tmp_path, monkeypatch):
+    """Issue 8: two real job processes on one checkpoint with ``lock: {backend: postgres}``: one
+    proceeds, the other exits 75 at once naming the holder (run id, host, pid); after kill -9 of
+    the holder the next run gets the lock and the tables converge."""
+    import socket
+
+    from job_helpers import rows
+
+    from cdc_lake.cdc.job import run_pipeline
+
+    monkeypatch.setenv("CDC_TEST_LOCK_DSN", DSN)
+    name = f"pglock_{uuid.uuid4().hex[:8]}"
+    cfg = _pg_pipeline(tmp_path, name)
+    env = {**os.environ, "CDC_TEST_LOCK_DSN": DSN}
+    holder = subprocess.Popen([sys.executable, JOB, "--pipeline", str(cfg.file), "--run-id", "run_holder",
+                               "--max-files-per-trigger", "1"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while (row := _holder_row(name, cfg.checkpoint_path)) is None:
+            assert holder.poll() is None, holder.stdout.read()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the holder never took the lock"
+            time.sleep(0.1)
+        assert row["run_id"] == "run_holder" and row["pid"] == holder.pid
+
+        t0 = time.monotonic()
+        loser = subprocess.run([sys.executable, JOB, "--pipeline", str(cfg.file), "--run-id", "run_loser"],
+                               env=env, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        assert loser.returncode == 75, loser.stderr[-3000:]
+        assert "PIPELINE LOCKED" in loser.stderr and "run_id=run_holder" in loser.stderr
+        assert f"pid={holder.pid}" in loser.stderr and f"host={socket.gethostname()}" in loser.stderr
+        assert "Spark" not in loser.stdout, "the loser must stop before starting Spark"
+        assert holder.poll() is None, "the holder must still be running when the loser is refused"
+        print(f"loser refused in {took:.1f} s (process start included)")
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)  # kill -9 the holder (driver and its JVM)
+        holder.wait()
+    # The server drops the dead session: the next run (here: in this process) gets the lock.
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            s = run_pipeline(cfg, spark=spark, run_id="run_next")
+            break
+        except PipelineLocked:
+            assert time.monotonic() < deadline, "the lock of a SIGKILLed holder was never freed"
+            time.sleep(0.3)
+    assert s["status"] == "succeeded"
+    assert rows(cfg.tables["orders"].path) == {f * 10 + i: f"s{f * 10 + i}" for f in range(FILES)
+                                               for i in range(1, 3)}
+    assert _holder_row(name, cfg.checkpoint_path) is None  # released at the end of the run
+
+
+def test_postgres_backend_without_dsn_is_a_config_error_naming_the_key(tmp_path, monkeypatch):
+    from job_helpers import pipeline
+
+    monkeypatch.delenv("CDC_LOCK_DSN", raising=False)
+    cfg = pipeline(tmp_path, extra="lock: {backend: postgres, conn_id: cdc_lock_db}\n")
+    r = subprocess.run([sys.executable, JOB, "--pipeline", str(cfg.file)], capture_output=True,
+                       text=True, timeout=120, env={k: v for k, v in os.environ.items()
+                                                    if k not in ("CDC_LOCK_DSN", "AIRFLOW_CONN_CDC_LOCK_DB")})
+    assert r.returncode == 2, r.stderr
+    assert f"{cfg.file}: lock.dsn: lock backend 'postgres' needs a DSN" in r.stderr
+    assert "CDC_LOCK_DSN" in r.stderr and "AIRFLOW_CONN_CDC_LOCK_DB" in r.stderr
+    # The environment fallbacks, in order.
+    from cdc_lake.locks import LockSettings, resolve_dsn
+
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_LOCK_DB", "postgresql://from-airflow-conn/db")
+    assert resolve_dsn(LockSettings("postgres", conn_id="cdc_lock_db")) == "postgresql://from-airflow-conn/db"
+    monkeypatch.setenv("CDC_LOCK_DSN", "postgresql://from-env/db")
+    assert resolve_dsn(LockSettings("postgres", conn_id="cdc_lock_db")) == "postgresql://from-env/db"
+    assert resolve_dsn(LockSettings("postgres", dsn="postgresql://yaml/db")) == "postgresql://yaml/db"

@@ -9,7 +9,9 @@ non-UTC session, BIGINT keys beyond 2^53, an ``ALTER TABLE ... ADD COLUMN`` mid-
   via the CLI) → landing files → a tiny pure-Python Maxwell replay == ``SELECT *``;
 * ``test_capture_crash_resume_loses_nothing`` — capture crashes after random events, is rerun
   from its saved position, and the union of landed files still replays to ``SELECT *``;
-* ``test_pipeline_equals_source`` — capture → landing → ``run_pipeline`` (engine deltalake) in
+* ``test_pipeline_equals_source_short`` (default tier) — workload → capture → ``run_pipeline``
+  twice → every Delta table equals ``SELECT *``;
+* ``test_pipeline_equals_source`` (slow) — capture → landing → ``run_pipeline`` (engine deltalake) in
   several runs (one with duplicated re-landed files and small triggers) → every Delta table,
   read with ``deltalake.DeltaTable(...).to_pyarrow_table()``, equals ``SELECT *`` (typed).
 
@@ -592,6 +594,32 @@ def assert_lake_matches(srv: MariaDBServer, cfg: Any, context: str) -> None:
             f"[seed {SEED}] {context}: {table}: columns {absent} missing in Delta but not null")
         ops = set(tbl.column("_cdc_op").to_pylist()) if "_cdc_op" in fields else set()
         assert ops <= {"insert", "update", "snapshot"}, f"{table}: live rows with ops {ops}"
+
+
+def test_pipeline_equals_source_short(shop: tuple[MariaDBServer, str, str], tmp_path: Path,
+                                      spark: Any) -> None:
+    """Default tier: MariaDB workload -> capture -> one pipeline run -> every Delta table equals
+    ``SELECT *`` (typed), then a few more transactions -> capture -> run -> equal again."""
+    from cdc_lake.config import load_pipeline
+    from cdc_lake.cdc.job import run_pipeline
+
+    srv, user, pw = shop
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    yaml_path = tmp_path / "pipeline.yaml"
+    yaml_path.write_text(PIPELINE_YAML.format(landing=landing, lake=lake, mfpt=1000))
+    cfg = load_pipeline(yaml_path)
+    wl = Workload(srv, SEED + 3)
+    try:
+        wl.run(25)
+        mm.capture(settings(srv, landing, user, pw, max_file_rows=400))
+        _log_run(run_pipeline(cfg, spark=spark, run_id="short-1"))
+        assert_lake_matches(srv, cfg, "short run 1")
+        wl.run(10)
+        mm.capture(settings(srv, landing, user, pw, max_file_rows=400))
+        _log_run(run_pipeline(cfg, spark=spark, run_id="short-2"))
+        assert_lake_matches(srv, cfg, "short run 2")
+    finally:
+        wl.close()
 
 
 # Slow tier: ~75-170 s measured on the shared 2-core development VM under load 7-12 (4-5

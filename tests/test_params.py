@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import airflow_env  # noqa: F401  (configures Airflow before it is imported)
+from airflow_env import airflow_db  # noqa: F401  (fixture)
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, ParamValidationError
@@ -189,3 +190,67 @@ def test_operator_refuses_hostile_params_before_spark_submit(tmp_path, monkeypat
         with pytest.raises(InvalidRunParam):
             op.execute({"params": params, "run_id": "manual__2026-11-21T12:00:00+00:00"})
     assert not marker.exists()
+
+
+def test_python_rejects_unknown_keys_of_the_run_conf_too():
+    """With [core] dag_run_conf_overrides_params = False the conf never reaches ``params``."""
+    with pytest.raises(InvalidRunParam, match=r"'max_file_per_trigger': 5 is not a run parameter.*"
+                                              r"allowed: tables, max_files_per_trigger, full_refresh"):
+        validate_run_params({"tables": [], "full_refresh": False}, table_names=TABLES,
+                            conf={"max_file_per_trigger": 5})
+    assert validate_run_params({}, table_names=TABLES, conf={"full_refresh": False}) == RunParams()
+
+
+# --------------------------------------------------------------------------- REST / UI trigger: 400
+
+
+def test_rest_trigger_with_unknown_conf_key_is_http_400_naming_the_valid_keys(tmp_path, monkeypatch,
+                                                                               airflow_db):
+    """The real Airflow API app (in process, metadata DB with our DAG) behind the plugin's root
+    middleware: a typo in ``conf`` is refused before a run exists; good conf still triggers."""
+    import importlib.util
+
+    from airflow.api_fastapi.app import create_app
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow_env import DAGS_FOLDER, REPO
+    from fastapi.testclient import TestClient
+    from sqlalchemy import func, select
+
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")
+    (tmp_path / "guard.yaml").write_text("pipeline: conf_guard_p\nsource: {format: maxwell, path: landing}\n"
+                                         "storage: {root: lake}\ntables: {orders: {keys: [id]}}\n")
+    monkeypatch.setenv("CDC_PIPELINES_DIR", str(tmp_path))
+    DagBundlesManager().sync_bundles_to_db()
+    sync_bag_to_db(BundleDagBag(dag_folder=str(DAGS_FOLDER), bundle_path=DAGS_FOLDER,
+                                bundle_name="dags-folder"), "dags-folder", None)
+    spec = importlib.util.spec_from_file_location("cdc_lake_plugin", REPO / "plugins" / "cdc_lake_plugin.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)  # type: ignore[union-attr]
+    app = create_app("core")
+    for entry in plugin.CdcLakePlugin.fastapi_root_middlewares:  # as Airflow's create_app does
+        app.add_middleware(entry["middleware"], *entry["args"], **entry["kwargs"])
+    client = TestClient(app)
+
+    def runs() -> int:
+        with create_session() as s:
+            return s.scalar(select(func.count()).select_from(DagRun).where(DagRun.dag_id == "conf_guard_p"))
+
+    url = "/api/v2/dags/conf_guard_p/dagRuns"
+    r = client.post(url, json={"logical_date": None, "conf": {"max_file_per_trigger": 5}})
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == ("Unknown run parameter(s) for DAG 'conf_guard_p': 'max_file_per_trigger'. "
+                                  "Valid keys: full_refresh, max_files_per_trigger, tables")
+    r = client.post("/api/v2/backfills", json={"dag_id": "conf_guard_p", "from_date": "2026-01-01T00:00:00Z",
+                                               "to_date": "2026-01-02T00:00:00Z",
+                                               "dag_run_conf": {"fullrefresh": True}})
+    assert r.status_code == 400 and "'fullrefresh'" in r.json()["detail"], r.text
+    assert runs() == 0
+    r = client.post(url, json={"logical_date": None, "conf": {"max_files_per_trigger": 5}})
+    assert r.status_code == 200, r.text  # the body reached Airflow intact
+    assert r.json()["conf"] == {"max_files_per_trigger": 5}
+    assert runs() == 1
+    r = client.post(url, json={"logical_date": None, "conf": {"max_files_per_trigger": "x"}})
+    assert r.status_code == 400 and "max_files_per_trigger" in r.json()["detail"]  # schema, as before

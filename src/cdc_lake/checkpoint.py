@@ -6,6 +6,11 @@
 * ``cdc.lock`` — an exclusive ``flock`` held for the whole run: two runs of one pipeline (two
   Airflow runs, a backfill, a CLI run) never process the checkpoint at once. The loser fails
   fast with :class:`PipelineLocked`; the OS drops the lock if the holder dies.
+* ``cdc_tables.json`` — the Delta tables (and tombstone tables) this checkpoint has written
+  (:func:`written_tables` / :func:`record_written_tables`): a table deleted behind the
+  checkpoint's back is noticed instead of silently re-created with only new changes.
+
+Spark's own files (offsets, commits, sources, metadata) are read by :mod:`cdc_lake.checkpoint_log`.
 """
 
 from __future__ import annotations
@@ -82,7 +87,33 @@ def instance_id(checkpoint: Path) -> str:
     return new
 
 
+TABLES_FILE = "cdc_tables.json"
+
+
+def written_tables(checkpoint: Path) -> dict[str, dict[str, str]]:
+    """``{"tables": {name: path}, "tombstones": {name: path}}`` this checkpoint has written."""
+    f = checkpoint / TABLES_FILE
+    if not f.is_file():
+        return {"tables": {}, "tombstones": {}}
+    data = json.loads(f.read_text(encoding="utf-8"))
+    return {"tables": dict(data.get("tables", {})), "tombstones": dict(data.get("tombstones", {}))}
+
+
+def record_written_tables(checkpoint: Path, tables: dict[str, str], tombstones: dict[str, str]) -> None:
+    """Add tables to :data:`TABLES_FILE` (atomically; existing entries are kept)."""
+    old = written_tables(checkpoint)
+    new = {"tables": {**old["tables"], **tables}, "tombstones": {**old["tombstones"], **tombstones}}
+    if new == old:
+        return
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    f = checkpoint / TABLES_FILE
+    tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps(new, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, f)
+
+
 def last_committed_batch(checkpoint: Path) -> int | None:
-    commits = checkpoint / "commits"
-    ids = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
-    return max(ids) if ids else None
+    """Moved to :mod:`cdc_lake.checkpoint_log` (kept here for existing imports)."""
+    from cdc_lake.checkpoint_log import last_committed_batch as last
+
+    return last(checkpoint)

@@ -25,6 +25,9 @@ from typing import Any, Literal
 
 import yaml
 
+from cdc_lake.locks import LockSettings, parse_lock_settings
+from cdc_lake.quarantine_limits import QuarantineLimits, parse_quarantine_limits
+
 KINDS = ("cdc", "enrich", "dimension")
 FORMATS = ("debezium", "maxwell", "canal")
 TRIGGERS = ("available_now", "once")
@@ -74,8 +77,27 @@ class DeltaSparkSettings:
 
 
 @dataclass(frozen=True)
+class CaptureConfig:
+    """``capture:`` — the pipeline lands its own source: MariaDB/MySQL row binlog → Maxwell JSON.
+
+    The DAG becomes ``capture >> ingest``; the capture task runs
+    ``python -m cdc_lake.capture.mariadb_maxwell --until-now`` with the host, port, login and
+    password of the Airflow connection ``conn_id`` (or ``CDC_CAPTURE_*`` environment variables
+    when run outside Airflow), writing into ``source.path``.
+    """
+
+    type: Literal["mariadb"]
+    conn_id: str
+    databases: tuple[str, ...]
+    tables: tuple[str, ...]
+    server_id: int | None
+    start: str
+    state_path: Path | None
+
+
+@dataclass(frozen=True)
 class Schedule:
-    kind: Literal["none", "cron", "interval", "assets"]
+    kind: Literal["none", "cron", "interval", "assets", "assets_or_time"]
     cron: str | None = None
     interval: timedelta | None = None
     assets: tuple[str, ...] = ()
@@ -113,6 +135,11 @@ class PipelineConfig:
     tables: dict[str, TableConfig]
     ignore_tables: tuple[str, ...] = field(default=())
     kind: Literal["cdc"] = "cdc"
+    capture: CaptureConfig | None = None
+    lock: LockSettings = field(default_factory=LockSettings)  # ``lock:`` (cdc_lake.locks)
+    # ``quarantine:`` per-run threshold (cdc_lake.quarantine_limits); default: none
+    quarantine_limits: QuarantineLimits = field(default_factory=QuarantineLimits)
+    maintenance: Any = None  # ``maintenance:`` -> cdc_lake.maintenance.MaintenanceSettings, or None
 
     def table_path(self, table: str) -> Path:
         return self.tables[table].path
@@ -231,6 +258,14 @@ def _parse_schedule(r: _Reader) -> Schedule:
         if v.startswith("@") or len(v.split()) in (5, 6):
             return Schedule("cron", cron=v)
         raise r.fail("schedule", f"{v!r} is not a cron expression or preset like '@hourly'")
+    if isinstance(v, dict) and set(v) == {"cron"}:
+        return _parse_schedule(_Reader(r.file, {**r.raw, "schedule": v["cron"]}, r.prefix))
+    if isinstance(v, dict) and "assets" in v and len(v) == 2 and set(v) - {"assets"} <= {"every", "cron"}:
+        # both: run when the Assets update AND on time (Airflow AssetOrTimeSchedule)
+        assets = _parse_schedule(_Reader(r.file, {**r.raw, "schedule": {"assets": v["assets"]}}, r.prefix))
+        time_key = next(iter(set(v) - {"assets"}))
+        timed = _parse_schedule(_Reader(r.file, {**r.raw, "schedule": {time_key: v[time_key]}}, r.prefix))
+        return Schedule("assets_or_time", cron=timed.cron, interval=timed.interval, assets=assets.assets)
     if isinstance(v, dict) and set(v) == {"every"}:
         m = _DURATION_RE.match(str(v["every"]).strip())
         if not m:
@@ -243,7 +278,8 @@ def _parse_schedule(r: _Reader) -> Schedule:
         if not isinstance(assets, list) or not assets or not all(isinstance(a, str) for a in assets):
             raise r.fail("schedule.assets", f"expected a non-empty list of asset URIs, got {assets!r}")
         return Schedule("assets", assets=tuple(assets))
-    raise r.fail("schedule", f"expected a cron string, {{every: 30m}} or {{assets: [...]}}, got {v!r}")
+    raise r.fail("schedule", f"expected a cron string, {{cron: ...}}, {{every: 30m}}, {{assets: [...]}} "
+                 f"or assets plus every/cron (both), got {v!r}")
 
 
 def _parse_table(r: _Reader, name: str, source_format: str, default_db: str | None,
@@ -336,7 +372,7 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
     r = _Reader(file, raw)
     r.check_known({"kind", "pipeline", "description", "owner", "tags", "schedule", "start_date", "retries",
                    "source", "trigger", "storage", "engine", "spark", "tables", "ignore_tables",
-                   "infer_temporal"})
+                   "infer_temporal", "capture", "lock", "maintenance", "quarantine"})
     name = r.str("pipeline", required=True) or ""  # required=True raised if missing
     if not NAME_RE.match(name):
         raise r.fail("pipeline", f"{name!r} must match {NAME_RE.pattern} (it becomes the DAG id)")
@@ -416,6 +452,52 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         infer_temporal=r.bool("infer_temporal", default=True),
         tables=tables,
         ignore_tables=r.names("ignore_tables", default=()) or (),
+        capture=_parse_capture(r, fmt, source_db, tables),
+        lock=parse_lock_settings(r),
+        quarantine_limits=parse_quarantine_limits(r),
+        maintenance=_parse_maintenance(r),
+    )
+
+
+_START_RE = re.compile(r"^(earliest|current|[A-Za-z0-9_.-]+:\d+)$")
+
+
+def _parse_maintenance(r: _Reader) -> Any:
+    """``maintenance:`` (absent: no maintenance DAG); see :mod:`cdc_lake.maintenance`."""
+    if "maintenance" not in r.raw:
+        return None
+    from cdc_lake.maintenance import MaintenanceSettings
+
+    return MaintenanceSettings.parse(r.section("maintenance"))
+
+
+def _parse_capture(r: _Reader, fmt: str, source_db: str | None,
+                   tables: dict[str, TableConfig]) -> CaptureConfig | None:
+    if r.raw.get("capture") is None:
+        return None
+    c = r.section("capture")
+    c.check_known({"type", "conn_id", "databases", "tables", "server_id", "start", "state"})
+    if fmt != "maxwell":
+        raise c.fail("type", f"the capture module lands Maxwell JSON; set source.format: maxwell "
+                     f"(got {fmt!r})")
+    dbs = c.names("databases", default=None)
+    if not dbs:
+        found = sorted({t.database for t in tables.values() if t.database} |
+                       ({source_db} if source_db else set()))
+        if not found:
+            raise c.fail("databases", "name the schemas to capture (or set source.database)")
+        dbs = tuple(found)
+    start = c.str("start", default="earliest") or "earliest"
+    if not _START_RE.match(start):
+        raise c.fail("start", f"{start!r}: use earliest, current or BINLOG_FILE:POS")
+    return CaptureConfig(
+        type=c.choice("type", ("mariadb",), default="mariadb"),  # type: ignore[arg-type]
+        conn_id=c.str("conn_id", default="cdc_mariadb") or "cdc_mariadb",
+        databases=dbs,
+        tables=c.names("tables", default=()) or (),
+        server_id=c.int("server_id", default=None),
+        start=start,
+        state_path=c.path("state"),
     )
 
 

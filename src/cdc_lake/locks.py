@@ -16,6 +16,13 @@ Example::
         ...                           # the run; lock.verify() before committing, if you like
     finally:
         lock.release()
+
+Every job kind takes its lock through one entry point, chosen by the pipeline YAML's ``lock:``
+section (``backend: file`` is the default; see :func:`pipeline_lock`)::
+
+    with pipeline_lock(cfg) as lock:  # or pipeline_lock(checkpoint_path, LockSettings(...))
+        lock.acquire(run_id)          # PipelineLocked: exit 75, message names the holder
+        ...
 """
 
 from __future__ import annotations
@@ -24,10 +31,16 @@ import hashlib
 import json
 import os
 import socket
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from cdc_lake.checkpoint import PipelineLocked
+from cdc_lake.checkpoint import CheckpointLock, PipelineLocked, lock_for
+
+__all__ = ["LOCK_BACKENDS", "LockBackendError", "LockSettings", "PipelineLock", "PipelineLocked",
+           "PostgresAdvisoryLock", "advisory_key", "pipeline_lock", "resolve_dsn"]
+LOCK_BACKENDS = ("file", "postgres")
 
 HOLDERS_TABLE = "cdc_lake_lock_holders"
 
@@ -155,3 +168,91 @@ def _mask(dsn: str) -> str:
 
     dsn = re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", dsn)
     return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    """The pipeline YAML's ``lock:`` section.
+
+    ``backend``: ``file`` (default; ``flock`` on ``<checkpoint>/cdc.lock``) or ``postgres``.
+    ``dsn`` (postgres): a libpq DSN/URI, ``${ENV}`` expanded by the config loader; else the
+    environment variable ``CDC_LOCK_DSN``; else, with ``conn_id``, Airflow's own
+    ``AIRFLOW_CONN_<CONN_ID>`` URI (what the Airflow operator exports for the job).
+    """
+
+    backend: str = "file"
+    dsn: str | None = None
+    conn_id: str | None = None
+    file: str | None = None  # the YAML file, for error messages
+
+
+class PipelineLock(Protocol):
+    def acquire(self, run_id: str) -> None: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def resolve_dsn(settings: LockSettings) -> str:
+    """The PostgreSQL DSN for ``backend: postgres`` (see :class:`LockSettings` for the order).
+
+    Raises:
+        ConfigError: no DSN anywhere; the message names ``lock.dsn`` and the ways to set it.
+    """
+    if settings.dsn:
+        return settings.dsn
+    if os.environ.get("CDC_LOCK_DSN"):
+        return os.environ["CDC_LOCK_DSN"]
+    if settings.conn_id:
+        env = "AIRFLOW_CONN_" + settings.conn_id.upper()
+        if os.environ.get(env):
+            return os.environ[env]
+    from cdc_lake.config import ConfigError
+
+    hint = f", or {('AIRFLOW_CONN_' + settings.conn_id.upper())}" if settings.conn_id else ""
+    raise ConfigError(settings.file or "<pipeline>", "lock.dsn",
+                      "lock backend 'postgres' needs a DSN: set lock.dsn (e.g. "
+                      "'${CDC_LOCK_DSN}' or postgresql://user@host:5432/db), or the environment "
+                      f"variable CDC_LOCK_DSN{hint}")
+
+
+def pipeline_lock(cfg_or_checkpoint: Any, settings: LockSettings | None = None) -> PipelineLock:
+    """The lock that keeps one writer per pipeline, for any job kind.
+
+    Args:
+        cfg_or_checkpoint: a pipeline config (anything with ``checkpoint_path``, optionally
+            ``name`` and ``lock``) or a checkpoint folder.
+        settings: the lock settings; default: ``cfg.lock`` if present, else the file backend.
+
+    The returned object has ``acquire(run_id)`` (raises :class:`PipelineLocked` naming the
+    holder's run id, host and pid), ``release()``, and is a context manager that releases.
+    The postgres lock's name is ``<pipeline>:<checkpoint>``, so two pipelines never collide
+    and every host that mounts the same checkpoint path agrees on it.
+    """
+    checkpoint = Path(getattr(cfg_or_checkpoint, "checkpoint_path", cfg_or_checkpoint))
+    settings = settings or getattr(cfg_or_checkpoint, "lock", None) or LockSettings()
+    if settings.backend == "file":
+        lock: CheckpointLock = lock_for(checkpoint)
+        return lock
+    if settings.backend == "postgres":
+        name = getattr(cfg_or_checkpoint, "name", None)
+        return PostgresAdvisoryLock(resolve_dsn(settings),
+                                    name=f"{name}:{checkpoint}" if name else str(checkpoint))
+    from cdc_lake.config import ConfigError
+
+    raise ConfigError(settings.file or "<pipeline>", "lock.backend",
+                      f"unknown value {settings.backend!r}; expected one of: "
+                      f"{', '.join(LOCK_BACKENDS)}")
+
+
+def parse_lock_settings(r: Any) -> LockSettings:
+    """``lock:`` of a pipeline YAML, read with a :class:`cdc_lake.config.Reader`."""
+    if r.raw.get("lock") is None:
+        return LockSettings(file=str(r.file))
+    sec = r.section("lock")
+    sec.check_known({"backend", "dsn", "conn_id"})
+    backend = sec.choice("backend", LOCK_BACKENDS, default="file")
+    dsn, conn_id = sec.str("dsn"), sec.str("conn_id")
+    if backend == "file" and (dsn or conn_id):
+        raise sec.fail("dsn" if dsn else "conn_id", "only applies to backend: postgres")
+    return LockSettings(backend=backend, dsn=dsn, conn_id=conn_id, file=str(r.file))

@@ -22,20 +22,22 @@ Example::
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, CronTriggerTimetable
+from airflow.sdk import DAG, Asset, AssetAll, CronTriggerTimetable, DeltaTriggerTimetable
 from airflow.sdk.exceptions import AirflowTimetableInvalid
 
 from cdc_lake.airflow import pipelines_dir
 from cdc_lake.airflow.operator import CdcSparkSubmitOperator
 from cdc_lake.airflow.params import build_params
-from cdc_lake.config import ConfigError, PipelineConfig, load_all
+from cdc_lake.config import ConfigError, PipelineConfig, Schedule, load_all
 
 TASK_ID = "ingest"
+CAPTURE_TASK_ID = "capture"
 RETRY_DELAY = timedelta(minutes=1)
 RETRY_BACKOFF = 2.0  # 1 min, 2 min, 4 min, ... capped at MAX_RETRY_DELAY
 MAX_RETRY_DELAY = timedelta(minutes=30)
@@ -89,6 +91,20 @@ def _build_all(directory: str | os.PathLike[str] | None) -> tuple[dict[str, DAG]
             errors.append(ConfigError(cfg.file, "", f"Airflow cannot build this DAG: {type(e).__name__}: {e}"))
         else:
             dags[cfg.name] = dag
+        if getattr(cfg, "maintenance", None) is not None:
+            try:
+                from cdc_lake.airflow.maintenance import build_maintenance_dag
+
+                mdag = build_maintenance_dag(cfg, start_date=_resolve_start_date(cfg),
+                                             tags=[*BASE_TAGS, *cfg.tags])
+                mdag.validate()
+            except ConfigError as e:
+                errors.append(e)
+            except Exception as e:  # noqa: BLE001
+                errors.append(ConfigError(cfg.file, "maintenance", f"Airflow cannot build the maintenance "
+                                          f"DAG: {type(e).__name__}: {e}"))
+            else:
+                dags[mdag.dag_id] = mdag
     return dags, errors
 
 
@@ -124,7 +140,7 @@ def build_cdc_dag(cfg: PipelineConfig) -> DAG:
         tags=sorted({*BASE_TAGS, cfg.source_format, *cfg.tags}),
         params=build_params(list(cfg.tables)),
     )
-    CdcSparkSubmitOperator(
+    ingest = CdcSparkSubmitOperator(
         task_id=TASK_ID,
         dag=dag,
         pipeline=cfg,
@@ -136,6 +152,22 @@ def build_cdc_dag(cfg: PipelineConfig) -> DAG:
         max_retry_delay=MAX_RETRY_DELAY,
         doc_md="spark-submit `spark_jobs/cdc_ingest.py` for this pipeline; returns the run summary.",
     )
+    if cfg.capture is not None:
+        from cdc_lake.airflow.capture import CdcCaptureOperator
+
+        capture = CdcCaptureOperator(
+            task_id=CAPTURE_TASK_ID,
+            dag=dag,
+            pipeline=cfg,
+            owner=cfg.owner,
+            retries=cfg.retries,
+            retry_delay=RETRY_DELAY,
+            retry_exponential_backoff=RETRY_BACKOFF,
+            max_retry_delay=MAX_RETRY_DELAY,
+            doc_md=f"Land the binlog of `{', '.join(cfg.capture.databases)}` up to now from "
+                   f"connection `{cfg.capture.conn_id}` into `{cfg.landing_path}`; then stop.",
+        )
+        capture >> ingest  # a failed or skipped capture never runs the ingest
     return dag
 
 
@@ -146,6 +178,8 @@ def build_doc_md(cfg: PipelineConfig) -> str:
         "cron": f"cron `{cfg.schedule.cron}`",
         "interval": f"every {cfg.schedule.interval}",
         "assets": "when these Assets update: " + ", ".join(f"`{a}`" for a in cfg.schedule.assets),
+        "assets_or_time": (f"when these Assets update or {cfg.schedule.cron or cfg.schedule.interval}: "
+                           + ", ".join(f"`{a}`" for a in cfg.schedule.assets)),
     }[cfg.schedule.kind]
     rows = "\n".join(
         f"| `{t.name}` | `{t.database or '*'}.{t.source_table}` "
@@ -153,6 +187,10 @@ def build_doc_md(cfg: PipelineConfig) -> str:
         f"| {'SCD2 (every version)' if t.scd == 2 else 'SCD1 (latest)'} | `{t.path.as_uri()}` |"
         for t in cfg.tables.values())
     ignored = f"\nIgnored source tables: {', '.join(cfg.ignore_tables)}\n" if cfg.ignore_tables else ""
+    if cfg.capture is not None:
+        c = cfg.capture
+        ignored += (f"\nTasks: `capture` (binlog of `{', '.join(c.databases)}` from Airflow connection "
+                    f"`{c.conn_id}`, up to now) >> `ingest`. A failed capture does not run the ingest.\n")
     return f"""\
 # CDC pipeline `{cfg.name}`
 
@@ -191,7 +229,7 @@ def _resolve_start_date(cfg: PipelineConfig) -> datetime:
     return parsed
 
 
-def _resolve_schedule(cfg: PipelineConfig) -> str | timedelta | list[Asset] | None:
+def _resolve_schedule(cfg: PipelineConfig) -> Any:
     """The DAG's ``schedule``, checked the way Airflow will check it, so a bad value is reported
     as this pipeline's config error instead of failing the shared DAG file."""
     s = cfg.schedule
@@ -207,6 +245,15 @@ def _resolve_schedule(cfg: PipelineConfig) -> str | timedelta | list[Asset] | No
         if s.interval <= timedelta(0):
             raise ConfigError(cfg.file, "schedule.every", "must be a positive duration like '30m'")
         return s.interval
+    if s.kind == "assets_or_time":  # {assets: [...], every|cron: ...}: whichever comes first
+        from airflow.sdk import AssetOrTimeSchedule
+
+        timed = _resolve_schedule(replace(cfg, schedule=Schedule(
+            "cron" if s.cron else "interval", cron=s.cron, interval=s.interval)))
+        timetable = (CronTriggerTimetable(timed, timezone="UTC") if isinstance(timed, str)
+                     else DeltaTriggerTimetable(timed))
+        assets = _resolve_schedule(replace(cfg, schedule=Schedule("assets", assets=s.assets)))
+        return AssetOrTimeSchedule(timetable=timetable, assets=AssetAll(*assets))  # type: ignore[misc]
     if s.kind == "assets":
         assets = []
         for i, uri in enumerate(s.assets):

@@ -11,6 +11,7 @@ provider's code, unchanged.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,20 @@ class CdcSparkSubmitHook(SparkSubmitHook):
     Also exposes the spark-submit exit code and output tail, so the operator can map the job's
     exit codes (docs/contracts.md) to task outcomes.
     """
+
+    driver_pythonpath: str | None = None
+    """Prepended to ``PYTHONPATH`` of spark-submit in client/local mode (the package zip): the
+    Python processes the driver JVM starts itself (e.g. a Python streaming source's planner,
+    run with ``spark.pyspark.python``) do not see ``--py-files`` otherwise. In cluster deploy
+    mode the driver runs elsewhere and this is not applied (``--py-files`` is)."""
+
+    def _build_spark_submit_command(self, application: str) -> list[str]:
+        cmd = super()._build_spark_submit_command(application)
+        if self.driver_pythonpath and self._connection.get("deploy_mode") != "cluster":
+            existing = (self._env or {}).get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+            self._env = {**(self._env or {}),
+                         "PYTHONPATH": os.pathsep.join(p for p in (self.driver_pythonpath, existing) if p)}
+        return cmd
 
     def _resolve_connection(self) -> dict[str, Any]:
         data = super()._resolve_connection()

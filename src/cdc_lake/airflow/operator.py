@@ -15,6 +15,8 @@ application args                ``--pipeline <yaml> --run-id {{ run_id }}`` + va
 ``--packages/--repositories``   ``engine.delta_spark`` (engine ``delta-spark`` only)
 ``--jars``                      every ``*.jar`` in ``engine.delta_spark.jars_dir`` (instead of
                                 ``--packages``, for machines without Maven access)
+``--py-files``                  a zip of the ``cdc_lake`` package the worker runs
+                                (:mod:`cdc_lake.packaging`), so executors run the same code
 ==============================  ===========================================================
 
 Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
@@ -25,6 +27,8 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
   processing the pipeline, nothing was written, no Asset event. A ``full_refresh`` run **fails
   without retry** instead, so the requested rebuild is not silently dropped.
 * ``2`` (config or argument error): fails without retry (a retry would fail the same way).
+* ``3`` (checkpoint damaged or a table deleted behind it) and ``4`` (quarantine threshold
+  exceeded): fail without retry; the task log shows the job's message with the recovery.
 * anything else: fails; Airflow retries with exponential backoff.
 """
 
@@ -52,6 +56,8 @@ if TYPE_CHECKING:
 
 JOB_SCRIPT = REPO_ROOT / "spark_jobs" / "cdc_ingest.py"
 EXIT_CONFIG_ERROR = 2
+EXIT_NEEDS_RECOVERY = 3  # damaged checkpoint / table deleted behind it (docs/run-safety.md)
+EXIT_QUARANTINE_THRESHOLD = 4
 EXIT_LOCK_HELD = 75
 _LOCK_WORD = re.compile(r"\block(ed|s)?\b", re.IGNORECASE)  # not "BlockManager"
 DELTA_SQL_CONF = {
@@ -101,11 +107,14 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context: Context) -> dict[str, Any] | None:
         """Validate params, spark-submit, map the exit code, return the run summary."""
-        self._run_params = validate_run_params(context["params"], table_names=list(self.pipeline.tables))
+        dag_run = context.get("dag_run")
+        self._run_params = validate_run_params(context["params"], table_names=list(self.pipeline.tables),
+                                               conf=getattr(dag_run, "conf", None))
         run_id = context["run_id"]
         if run_id.startswith("-"):  # would read as an option of the job's CLI
             raise AirflowFailException(f"Run id {run_id!r} starts with '-'; use a run id that does not")
         self.log.info("Pipeline %s, run %s, params %s", self.pipeline.name, run_id, self._run_params)
+        self._ship_package()
         try:
             super().execute(context)
         except AirflowException as e:
@@ -117,7 +126,39 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self._annotate_asset_events(context, summary)
         return summary
 
+    def _ship_package(self) -> None:
+        """``--py-files``: the ``cdc_lake`` package the driver runs, for executor Python workers.
+
+        Built at execute time (never at DAG parse time); see :mod:`cdc_lake.packaging`.
+        """
+        from cdc_lake.packaging import package_zip
+
+        shipped = str(package_zip())
+        self._shipped_zip = shipped
+        if shipped not in (self.py_files or "").split(","):
+            self.py_files = ",".join(p for p in ((self.py_files or ""), shipped) if p)
+        self.log.info("Shipping the cdc_lake package to executors: --py-files %s", self.py_files)
+        self._export_lock_dsn()
+
+    def _export_lock_dsn(self) -> None:
+        """``lock: {backend: postgres, conn_id: X}`` without a DSN: the job reads the DSN from
+        ``CDC_LOCK_DSN``, exported here from the Airflow connection (metadata DB, secrets backend
+        or env) into spark-submit's environment (the driver's, on YARN/Kubernetes)."""
+        lock = getattr(self.pipeline, "lock", None)
+        if lock is None or lock.backend != "postgres" or lock.dsn or not lock.conn_id:
+            return
+        from airflow.sdk import BaseHook
+
+        uri = BaseHook.get_connection(lock.conn_id).get_uri()
+        self.env_vars = {**(self.env_vars or {}), "CDC_LOCK_DSN": uri}
+        self.log.info("Lock backend postgres: DSN from Airflow connection %r", lock.conn_id)
+
     def _get_hook(self) -> CdcSparkSubmitHook:
+        hook = self._build_hook()
+        hook.driver_pythonpath = getattr(self, "_shipped_zip", None)
+        return hook
+
+    def _build_hook(self) -> CdcSparkSubmitHook:
         return CdcSparkSubmitHook(
             conf=self.conf,
             conn_id=self._conn_id,
@@ -174,6 +215,17 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: the job rejected its config or arguments (exit code 2); "
                 f"not retrying. {error}") from error
+        if code == EXIT_NEEDS_RECOVERY:
+            raise AirflowFailException(
+                f"Pipeline {self.pipeline.name!r}: its checkpoint or a table it wrote needs recovery "
+                f"(exit code 3); not retrying. The job's message names the recovery:"
+                f"{_tail(hook.output_tail, 'RECOVERY', 'NEEDS')}") from error
+        if code == EXIT_QUARANTINE_THRESHOLD:
+            raise AirflowFailException(
+                f"Pipeline {self.pipeline.name!r}: the run quarantined more than the pipeline's quarantine "
+                f"threshold allows (exit code 4); the data it wrote is kept, a retry would find nothing "
+                f"new. Inspect the quarantine table, then fix the producer or raise the threshold:"
+                f"{_tail(hook.output_tail, 'quarantin')}") from error
 
     def _read_summary(self, run_id: str) -> dict[str, Any] | None:
         path = run_summary_path(self.pipeline.runs_path, self.pipeline.name, run_id)
@@ -251,6 +303,12 @@ def _build_delta_jars(cfg: PipelineConfig) -> dict[str, str | None]:
         jars = sorted(str(p) for p in ds.jars_dir.glob("*.jar"))
         return {"jars": ",".join(jars) or None}
     return {"packages": ds.packages, "repositories": ds.repositories}
+
+
+def _tail(tail: Sequence[str], *words: str) -> str:
+    """The driver output lines mentioning any of ``words`` (case-insensitive), last 8."""
+    lines = [line for line in tail if any(w.lower() in line.lower() for w in words)]
+    return ("\n" + "\n".join(lines[-8:])) if lines else ""
 
 
 def _lock_lines(tail: Sequence[str]) -> str:

@@ -106,21 +106,45 @@ def build_params(table_names: Sequence[str]) -> dict[str, Param]:
     }
 
 
-def validate_run_params(raw: Mapping[str, Any], *, table_names: Sequence[str]) -> RunParams:
+def unknown_conf_message(conf: Mapping[str, Any], allowed: Sequence[str] | set[str], *,
+                         dag_id: str | None = None) -> str | None:
+    """The error for ``conf`` keys that are not declared params, or None if all are known.
+
+    Example::
+
+        unknown_conf_message({"max_file_per_trigger": 5}, PARAM_NAMES, dag_id="shop")
+        # "Unknown run parameter(s) for DAG 'shop': 'max_file_per_trigger'. Valid keys:
+        #  full_refresh, max_files_per_trigger, tables"
+    """
+    unknown = sorted(str(k) for k in conf if k not in allowed)
+    if not unknown:
+        return None
+    where = f" for DAG {dag_id!r}" if dag_id else ""
+    return (f"Unknown run parameter(s){where}: {', '.join(repr(k) for k in unknown)}. "
+            f"Valid keys: {', '.join(sorted(allowed))}")
+
+
+def validate_run_params(raw: Mapping[str, Any], *, table_names: Sequence[str],
+                        conf: Mapping[str, Any] | None = None) -> RunParams:
     """Check resolved run parameters again, in Python, and return them typed.
 
     Args:
         raw: ``context["params"]`` (DAG params merged with the run's ``conf``).
         table_names: the pipeline's configured table names.
+        conf: the run's own ``conf`` (``context["dag_run"].conf``), checked for unknown keys
+            too: with ``[core] dag_run_conf_overrides_params = False`` Airflow does not merge it
+            into ``params``, and a typo must never run with the defaults.
 
     Raises:
         InvalidRunParam: an unknown key, a wrong type, an out-of-range number or a table that is
             not configured; the message names the parameter and shows the value.
     """
-    unknown = sorted(str(k) for k in raw if k not in PARAM_NAMES)
-    if unknown:
-        raise InvalidRunParam(unknown[0], raw[unknown[0]],
-                              f"is not a run parameter of this DAG; allowed: {', '.join(PARAM_NAMES)}")
+    for source in (raw, conf or {}):
+        unknown = sorted(str(k) for k in source if k not in PARAM_NAMES)
+        if unknown:
+            raise InvalidRunParam(unknown[0], source[unknown[0]],
+                                  f"is not a run parameter of this DAG; allowed: "
+                                  f"{', '.join(PARAM_NAMES)}")
     run = RunParams(
         tables=_validate_tables(raw.get("tables"), table_names),
         max_files_per_trigger=_validate_max_files(raw.get("max_files_per_trigger")),

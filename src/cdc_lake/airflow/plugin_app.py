@@ -83,8 +83,14 @@ def render_html(data: dict[str, Any]) -> str:
                    f"<span class='muted'>({_e(p.get('format'))})</span></h2>")
         if p.get("description"):
             out.append(f"<p class='meta'>{_e(p['description'])}</p>")
+        if p.get("kind") in ("enrich", "dimension"):
+            from cdc_lake.airflow.kind_status import render_kind_block
+
+            out.append(render_kind_block(p, _e, _num))
         ck = p["checkpoint"]
-        if not ck["exists"]:
+        if p.get("kind") == "dimension":
+            pass  # a batch job: no streaming checkpoint; the kind block shows the last applied date
+        elif not ck["exists"]:
             ck_text = "<span class='muted'>no checkpoint yet</span>"
         elif ck.get("error"):
             ck_text = f"<span class='err'>{_e(ck['error'])}</span>"
@@ -94,7 +100,8 @@ def render_html(data: dict[str, Any]) -> str:
             if ck.get("pending_batch_id") is not None:
                 ck_text += (f" &middot; <span class='pending' data-testid='pending-batch-{_e(name)}'>"
                             f"batch {_e(ck['pending_batch_id'])} planned, not committed</span>")
-        out.append(f"<p class='meta'>Checkpoint: {ck_text} <code class='muted'>{_e(ck['path'])}</code></p>")
+        if p.get("kind") != "dimension":
+            out.append(f"<p class='meta'>Checkpoint: {ck_text} <code class='muted'>{_e(ck['path'])}</code></p>")
         run = p.get("last_run")
         if p.get("last_run_error"):
             out.append(f"<p class='meta err'>Last run: {_e(p['last_run_error'])}</p>")

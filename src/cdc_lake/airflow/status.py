@@ -138,6 +138,10 @@ def _int_or_none(v: Any) -> int | None:
 
 def pipeline_status(cfg: PipelineConfig) -> dict[str, Any]:
     """Status of one pipeline as plain JSON-able data (the JSON endpoint returns exactly this)."""
+    if getattr(cfg, "kind", "cdc") in ("enrich", "dimension"):  # same shape + a kind block
+        from cdc_lake.airflow.kind_status import dimension_status, enrich_status
+
+        return enrich_status(cfg) if cfg.kind == "enrich" else dimension_status(cfg)
     ckpt = read_checkpoint(cfg.checkpoint_path)
     summary, summary_error = read_run_summary(cfg.runs_path, cfg.name)
     summary_tables = (summary or {}).get("tables")
@@ -176,6 +180,7 @@ def pipeline_status(cfg: PipelineConfig) -> dict[str, Any]:
     quarantine = read_delta_version(cfg.quarantine_path)
     return {
         "pipeline": cfg.name,
+        "kind": "cdc",
         "description": cfg.description,
         "format": cfg.source_format,
         "config_file": str(cfg.file),

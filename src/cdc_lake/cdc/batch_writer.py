@@ -19,6 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_lake.cdc import changes as ch
+from cdc_lake.cdc import side_tables as side
+from cdc_lake.cdc.widening import widen
 from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
                                    parse_object_schema, resolve, variant_path)
 from cdc_lake.config import PipelineConfig
@@ -121,6 +123,7 @@ class BatchWriter:
         self.cfg, self.engine, self.app_id, self.run_id = cfg, engine, app_id, run_id
         self.selected, self.targets, self.stats = selected, targets, stats
         self._route = route(cfg, selected)
+        self._side_ready: set[str] = set()
 
     # -- discovery ---------------------------------------------------------------------------
     def _survey(self, ev: DataFrame) -> list:  # type: ignore[type-arg]
@@ -187,20 +190,43 @@ class BatchWriter:
             candidates = [c for c in candidates if c in t.columns]
         candidates = [c for c in candidates if c not in t.exclude_columns and c not in meta]
         columns: dict[str, ColumnType] = {}
+        widened: dict[str, str] = {}
+        fmt, temporal = self.cfg.source_format, self.cfg.infer_temporal
         for c in candidates:
             obs = observed.get(c) or ObservedColumn(c, "VOID", None, False, False)
-            ct = resolve(obs, configured=t.types.get(c), existing=existing_types.get(c),
-                         fmt=self.cfg.source_format, infer_temporal=self.cfg.infer_temporal)
+            configured, current = t.types.get(c), existing_types.get(c)
+            if current is not None and configured is None and c in observed:
+                # the batch alone would pick `natural`: widen the column when that is lossless
+                natural = resolve(obs, configured=None, existing=None, fmt=fmt, infer_temporal=temporal)
+                wider = widen(current, natural.sql) if natural is not None else None
+                if wider is not None:
+                    widened[c] = current = wider
+            ct = resolve(obs, configured=configured, existing=current, fmt=fmt, infer_temporal=temporal)
             if ct is None and c in keys:
                 ct = ColumnType("string")
             if ct is not None:
                 columns[c] = ct
-        return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd)
+        return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd, widen=widened)
+
+    def _widen(self, plan: ch.TablePlan, existing: StructType | None) -> StructType | None:
+        """Widen the table's columns (and a widened key in its tombstones); the new schema."""
+        path = str(self.targets.tables[plan.name])
+        print(f"[cdc] widening {plan.name}: " + ", ".join(
+            f"{c} {existing[c].dataType.simpleString() if existing else '?'} -> {t}"  # type: ignore[index]
+            for c, t in plan.widen.items()), flush=True)
+        self.engine.widen(path, plan.widen)
+        keys = {k: t for k, t in plan.widen.items() if k in plan.keys}
+        tomb = str(self.targets.tombstones[plan.name]) if plan.name in self.targets.tombstones else None
+        if keys and plan.scd == 1 and tomb and self.engine.exists(tomb):
+            self.engine.widen(tomb, keys)
+        return self.engine.schema(path)
 
     # -- writes --------------------------------------------------------------------------------
     def _write_table(self, plan: ch.TablePlan, changes: DataFrame, txn: Txn,
                      existing: StructType | None) -> WriteResult:
         path = str(self.targets.tables[plan.name])
+        if plan.widen and not self.engine.already_committed(path, txn):
+            existing = self._widen(plan, existing)
         if plan.scd == 2:
             rows = ch.scd2_rows(changes, plan.keys, self.engine.read(path))
             return self.engine.merge(path, align(rows, existing), ch.scd2_spec(plan.keys), txn=txn)
@@ -304,6 +330,7 @@ class BatchWriter:
 
     def _write_side_tables(self, ev: DataFrame, rejected_parts: list[DataFrame], n_ddl: int,
                            batch_id: int, txn: Txn) -> None:
+        """Quarantine + DDL log: fixed schemas, created up front; appends idempotent by key."""
         if rejected_parts:  # (also materializes every table's decoded cache, in one job)
             rejected = rejected_parts[0]
             for part in rejected_parts[1:]:
@@ -313,7 +340,7 @@ class BatchWriter:
                 "source_table", F.lit(self.cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
                 F.current_timestamp().alias("quarantined_at"))
-            q = self.engine.append(str(self.cfg.quarantine_path), quarantine, txn=txn)
+            q = self._side_append(str(self.cfg.quarantine_path), quarantine, side.QUARANTINE, txn)
             self.stats.quarantined += int(q.metrics.get("num_added_rows", 0))
             self.stats.quarantine_version = q.version
         if not n_ddl:  # the survey counted none: an empty append commits nothing anyway
@@ -323,6 +350,12 @@ class BatchWriter:
             F.col("ddl_sql").alias("sql"), F.col("seq").alias("_cdc_seq"),
             F.col("commit_ts").alias("_cdc_commit_ts"), F.col("_file").alias("source_file"),
             F.lit(self.cfg.name).alias("pipeline"), F.lit(self.run_id).alias("run_id"))
-        d = self.engine.append(str(self.cfg.ddl_log_path), ddl, txn=txn)
+        d = self._side_append(str(self.cfg.ddl_log_path), ddl, side.DDL_LOG, txn)
         self.stats.ddl_events += int(d.metrics.get("num_added_rows", 0))
         self.stats.ddl_log_version = d.version
+
+    def _side_append(self, path: str, rows: DataFrame, table: side.SideTable, txn: Txn) -> WriteResult:
+        if path not in self._side_ready:
+            side.ensure(self.engine, path, table)
+            self._side_ready.add(path)
+        return side.append_new(self.engine, path, rows, table, txn=txn)

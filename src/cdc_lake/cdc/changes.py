@@ -14,12 +14,14 @@ All of it is Spark SQL expressions over the micro-batch (no Python UDFs):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.column_types import ColumnType, decode, raw_present, variant_path
+from cdc_lake.cdc.widening import checked, exact
+from cdc_lake.cdc.events import finalize_order
 from cdc_lake.engines import MergeSpec
 
 META = ("_cdc_op", "_cdc_seq", "_cdc_commit_ts", "_cdc_run_id")
@@ -34,6 +36,7 @@ class TablePlan:
     keys: tuple[str, ...]
     columns: dict[str, ColumnType]
     scd: int
+    widen: dict[str, str] = field(default_factory=dict)  # existing columns to widen first
 
 
 def _a(c: str) -> str:
@@ -51,6 +54,7 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
     ``reason``. Both derive from ``cached`` (decoded once, persisted): unpersist it after the
     batch's writes.
     """
+    events = finalize_order(events)  # formats ordering by line position (Canal): fill seq in
     row, old = F.col("row"), F.col("old")
     after = {c: decode(row, c, ct) for c, ct in plan.columns.items()}
     staged = events.select(
@@ -68,13 +72,26 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
     for k in plan.keys:
         key_missing = key_missing | a[k].isNull()
     problems: list[Column] = [F.when(key_missing, F.lit(f"missing key column(s) {list(plan.keys)}"))]
+    # A delete needs only the key: a bad non-key value in its row image does not stop it (the
+    # value is not stored; an SCD2 delete version keeps null there).
+    needed = F.col("op") != "delete"
     for c, ct in plan.columns.items():
-        problems.append(F.when(raw_present(row, c) & a[c].isNull(),
-                               F.concat(F.lit(f"column {c}: value "),
-                                        F.to_json(F.try_variant_get(row, variant_path(c), "variant")),
+        raw = F.try_variant_get(row, variant_path(c), "variant")
+        matters = F.lit(True) if c in plan.keys else needed
+        problems.append(F.when(matters & raw_present(row, c) & a[c].isNull(),
+                               F.concat(F.lit(f"column {c}: value "), F.to_json(raw),
                                         F.lit(f" is not a valid {ct.sql}"))))
+        if ct.decoder == "plain" and checked(ct.sql):  # never store a truncated/rounded value
+            problems.append(F.when(matters & ~exact(raw, a[c]), F.concat(
+                F.lit(f"table {plan.name} column {c}: value "), F.to_json(raw),
+                F.lit(f" does not fit column type {ct.sql} exactly (would be stored as "),
+                a[c].cast("string"), F.lit("); not stored changed"))))
+    stored = {c: a[c] if c in plan.keys or not (ct.decoder == "plain" and checked(ct.sql))
+              else F.when(needed | exact(F.try_variant_get(row, variant_path(c), "variant"), a[c]),
+                          a[c]).alias(_a(c))
+              for c, ct in plan.columns.items()}  # a delete's inexact non-key value: null
     staged = staged.select("_file", "_line", "op", "seq", "commit_ts",
-                           *[a[c] for c in plan.columns],
+                           *[stored[c] for c in plan.columns],
                            *[before[c].alias(_b(c)) for c in plan.columns
                              if plan.scd == 2 or c in plan.keys],
                            F.nullif(F.concat_ws("; ", *problems), F.lit("")).alias("_reason")).persist()

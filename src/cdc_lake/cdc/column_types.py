@@ -23,7 +23,7 @@ class ColumnType:
     """A Spark SQL type plus the decoder that turns the raw variant value into it."""
 
     sql: str
-    decoder: str = "plain"  # plain | json | epoch_days | epoch_ms | epoch_us | epoch_ns | b64_decimal
+    decoder: str = "plain"  # plain | json | epoch_* | time_ms | time_us | time_ns | b64_decimal
     scale: int = 0
 
 
@@ -39,14 +39,17 @@ class ObservedColumn:
 
 
 def from_canal(mysql_type: str) -> ColumnType | None:
+    """Spark type for a Canal ``mysqlType`` (see docs/formats.md, "Type rules").
+
+    Every MySQL integer type is ``bigint`` (``BIGINT UNSIGNED``: ``decimal(20,0)``), as in the
+    other formats, so a table keeps its types when the producer changes.
+    """
     t = mysql_type.lower().strip()
     unsigned = "unsigned" in t
     base = re.sub(r"\s*(unsigned|zerofill)\s*", "", t)
     name = re.sub(r"\(.*", "", base)
-    if name in ("tinyint", "smallint", "mediumint"):
-        return ColumnType("int")
-    if name in ("int", "integer"):
-        return ColumnType("bigint" if unsigned else "int")
+    if name in ("tinyint", "smallint", "mediumint", "int", "integer", "year"):
+        return ColumnType("bigint")
     if name == "bigint":
         return ColumnType("decimal(20,0)" if unsigned else "bigint")
     if name in ("decimal", "numeric"):
@@ -59,19 +62,26 @@ def from_canal(mysql_type: str) -> ColumnType | None:
         return ColumnType("date")
     if name in ("datetime", "timestamp"):
         return ColumnType("timestamp")
-    if name == "year":
-        return ColumnType("int")
+    if name == "json":
+        return ColumnType("string", "json")
     if name in ("char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum", "set",
-                "json", "time", "bit", "binary", "varbinary", "blob", "tinyblob", "mediumblob",
+                "time", "bit", "binary", "varbinary", "blob", "tinyblob", "mediumblob",
                 "longblob"):
         return ColumnType("string")
     return None
 
 
+_STRING = ColumnType("string")
+_JSON = ColumnType("string", "json")
+# Kafka Connect schema types as the JSON converter writes them (int8..int64, float/double,
+# also float32/float64 as some tools spell them) and logical types by their schema name.
 _DEBEZIUM = {
-    "int8": ColumnType("int"), "int16": ColumnType("int"), "int32": ColumnType("int"),
-    "int64": ColumnType("bigint"), "float32": ColumnType("double"), "float64": ColumnType("double"),
-    "boolean": ColumnType("boolean"), "string": ColumnType("string"), "bytes": ColumnType("string"),
+    "int8": ColumnType("bigint"), "int16": ColumnType("bigint"), "int32": ColumnType("bigint"),
+    "int64": ColumnType("bigint"),
+    "float": ColumnType("double"), "float32": ColumnType("double"),
+    "double": ColumnType("double"), "float64": ColumnType("double"),
+    "boolean": ColumnType("boolean"), "string": _STRING, "bytes": _STRING,
+    "array": _JSON, "map": _JSON, "struct": _JSON,
     "io.debezium.time.Date": ColumnType("date", "epoch_days"),
     "org.apache.kafka.connect.data.Date": ColumnType("date", "epoch_days"),
     "io.debezium.time.Timestamp": ColumnType("timestamp", "epoch_ms"),
@@ -79,18 +89,37 @@ _DEBEZIUM = {
     "io.debezium.time.MicroTimestamp": ColumnType("timestamp", "epoch_us"),
     "io.debezium.time.NanoTimestamp": ColumnType("timestamp", "epoch_ns"),
     "io.debezium.time.ZonedTimestamp": ColumnType("timestamp"),
-    "io.debezium.data.Json": ColumnType("string", "json"),
+    "io.debezium.time.Time": ColumnType("string", "time_ms"),
+    "org.apache.kafka.connect.data.Time": ColumnType("string", "time_ms"),
+    "io.debezium.time.MicroTime": ColumnType("string", "time_us"),
+    "io.debezium.time.NanoTime": ColumnType("string", "time_ns"),
+    "io.debezium.time.ZonedTime": _STRING,
+    "io.debezium.time.Year": ColumnType("bigint"),
+    "io.debezium.time.MicroDuration": ColumnType("bigint"),
+    "io.debezium.time.Interval": _STRING,
+    "io.debezium.data.Json": _JSON,
+    "io.debezium.data.Enum": _STRING, "io.debezium.data.EnumSet": _STRING,
+    "io.debezium.data.Uuid": _STRING, "io.debezium.data.Xml": _STRING,
+    "io.debezium.data.Bits": _STRING, "io.debezium.data.Ltree": _STRING,
+    "io.debezium.data.VariableScaleDecimal": _JSON,
 }
 
 
 def from_debezium(hint: str) -> ColumnType | None:
-    name, _, rest = hint.partition(":")
+    """Spark type for a Debezium schema field hint ``name[:scale[:precision[:type]]]``.
+
+    ``name`` is the logical schema name (or the Connect type when there is none); an unknown
+    logical name falls back to the field's Connect ``type``. The stated schema always wins over
+    guessing from values: ``double`` stays ``double`` at full precision.
+    """
+    name, scale, precision, base = (hint.split(":") + ["", "", ""])[:4]
     if name == "org.apache.kafka.connect.data.Decimal":
-        scale, _, precision = rest.partition(":")
         s = int(scale or 0)
         p = int(precision) if precision.isdigit() and s <= int(precision) <= 38 else 38
         return ColumnType(f"decimal({p},{s})", "b64_decimal", s)
-    return _DEBEZIUM.get(name)
+    if name.startswith("io.debezium.data.geometry."):
+        return _JSON
+    return _DEBEZIUM.get(name) or _DEBEZIUM.get(base)
 
 
 def from_variant(obs: ObservedColumn, infer_temporal: bool) -> ColumnType | None:
@@ -166,6 +195,8 @@ def decode(v: Column, column: str, ct: ColumnType) -> Column:
         return F.timestamp_micros(F.try_variant_get(v, p, "bigint")).cast(ct.sql)
     if ct.decoder == "epoch_ns":
         return F.timestamp_micros(F.floor(F.try_variant_get(v, p, "bigint") / 1000)).cast(ct.sql)
+    if ct.decoder in _TIME_UNITS:
+        return _time_of_day(F.try_variant_get(v, p, "bigint"), _TIME_UNITS[ct.decoder])
     if ct.decoder == "b64_decimal":
         as_str = F.try_variant_get(v, p, "string")
         # precise mode lands base64 strings; a JSON number (double/string modes) casts directly
@@ -173,6 +204,25 @@ def decode(v: Column, column: str, ct: ColumnType) -> Column:
         return F.when(is_number, F.try_variant_get(v, p, ct.sql)).otherwise(
             _b64_decimal(as_str, ct.scale, ct.sql))
     return F.try_variant_get(v, p, ct.sql)
+
+
+_TIME_UNITS = {"time_ms": 1000, "time_us": 1, "time_ns": -1000}  # factor to microseconds
+
+
+def _time_of_day(n: Column, unit: int) -> Column:
+    """Connect/Debezium TIME (ms/us/ns since midnight; MySQL TIME may exceed 24h or be negative)
+    -> ``[-]HH:MM:SS[.ffffff]``, the text Canal and Maxwell deliver for TIME columns."""
+    us = F.floor(n / -unit) if unit < 0 else n * F.lit(unit)
+    mag = F.abs(us)
+    secs = F.floor(mag / 1_000_000)
+    frac = (mag % 1_000_000).cast("bigint")
+    text = F.concat(F.when(us < 0, F.lit("-")).otherwise(F.lit("")),
+                    F.lpad(F.floor(secs / 3600).cast("string"), 2, "0"), F.lit(":"),
+                    F.lpad(F.floor((secs % 3600) / 60).cast("string"), 2, "0"), F.lit(":"),
+                    F.lpad((secs % 60).cast("string"), 2, "0"),
+                    F.when(frac != 0, F.concat(F.lit("."), F.regexp_replace(
+                        F.lpad(frac.cast("string"), 6, "0"), "0+$", ""))).otherwise(F.lit("")))
+    return F.when(n.isNotNull(), text)
 
 
 def _b64_decimal(b64: Column, scale: int, sql: str) -> Column:

@@ -22,17 +22,34 @@ type_hints     map<string,string>   per-column type metadata the format carries 
 ddl_type       string               DDL kind for ``_kind = 'ddl'``/``'skip'``
 ddl_sql        string               DDL statement text
 =============  ===================  ======================================================
+
+Optional column :data:`ORDER_COLUMN` (``_pos``, string): a parser whose format cannot order
+two changes from the line alone (Canal: messages of one client batch share ``id`` and ``es``)
+writes the line's read position there and puts :data:`ORDINAL` in ``seq`` where the message's
+ordinal among same-prefix messages of its file goes; :func:`finalize_order` fills it in per
+micro-batch (a window: not possible on the stream itself). Formats without it pay nothing.
+
+Lines that do not parse get a reason from :func:`json_failure` that tells parser limits from
+malformed JSON.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 COLUMNS = ("_file", "_line", "_error", "_kind", "db", "tbl", "op", "seq", "commit_ts", "row",
            "old", "pk_names", "type_hints", "ddl_type", "ddl_sql")
 
 OPS = ("insert", "update", "delete", "snapshot")
+ORDER_COLUMN = "_pos"
+ORDINAL = "#"  # placeholder in ``seq`` for the per-file message ordinal (see finalize_order)
+
+# Limits of Spark's JSON -> variant parser (Spark 4.x; Jackson StreamReadConstraints defaults):
+VARIANT_SIZE_LIMIT = 128 * 1024 * 1024  # bytes of one parsed value (16 MiB in Spark's own tests)
+MAX_STRING_CHARS = 20_000_000  # characters of one JSON string value
+MAX_NUMBER_CHARS = 1000  # characters of one JSON number
+MAX_NESTING = 1000  # nesting depth of objects/arrays
 
 
 def pad(col: Column, width: int) -> Column:
@@ -50,6 +67,72 @@ def vget(v: Column, path: str, type_: str = "variant") -> Column:
     return F.try_variant_get(v, path, type_)
 
 
-def select_normalized(df):  # type: ignore[no-untyped-def]
-    """Project a parser's output onto :data:`COLUMNS` (fails fast if a parser forgot one)."""
-    return df.select(*COLUMNS)
+def select_normalized(df, *, ordered: bool = False):  # type: ignore[no-untyped-def]
+    """Project a parser's output onto :data:`COLUMNS` (fails fast if a parser forgot one).
+
+    ``ordered=True`` keeps :data:`ORDER_COLUMN` too (formats that need :func:`finalize_order`).
+    """
+    return df.select(*COLUMNS, *([ORDER_COLUMN] if ordered else []))
+
+
+def json_failure(line: Column) -> Column:
+    """Why ``try_parse_json(line)`` gave null: a parser limit (named, with the sizes) or malformed.
+
+    Evaluate only for lines that did not parse (inside ``when(v.isNull(), ...)``).
+    """
+    nbytes = F.octet_length(line)
+    longest_string = F.array_max(F.transform(F.split(line, '"'), lambda x: F.length(x)))
+    mib = F.format_number(nbytes / (1024 * 1024), 1)
+    return (F.when(nbytes > VARIANT_SIZE_LIMIT, F.concat(
+                F.lit("line too large: "), nbytes.cast("string"), F.lit(" bytes ("), mib,
+                F.lit(f" MiB) is above Spark's variant size limit of {VARIANT_SIZE_LIMIT} bytes "
+                      "(128 MiB); not parsed (JSON validity unknown)")))
+            .when(longest_string > MAX_STRING_CHARS, F.concat(
+                F.lit("line of "), nbytes.cast("string"), F.lit(" bytes ("), mib,
+                F.lit(" MiB) holds a JSON string value of about "), longest_string.cast("string"),
+                F.lit(f" characters, above the parser limit of {MAX_STRING_CHARS} characters "
+                      "per string value (Jackson maxStringLength in Spark's JSON parser); "
+                      "not parsed (JSON validity unknown)")))
+            .otherwise(F.concat(
+                F.lit("malformed JSON (or beyond a parser limit: a number longer than "
+                      f"{MAX_NUMBER_CHARS} digits or nesting deeper than {MAX_NESTING}); line of "),
+                nbytes.cast("string"), F.lit(" bytes"))))
+
+
+def line_position() -> Column:
+    """The start offset of the file split the line was read from (see ``_pos``).
+
+    Evaluated on the file scan. Lines of one split keep their file order through the narrow
+    transformations up to :func:`finalize_order`, which numbers them there (row ids are not
+    available on a streaming DataFrame).
+    """
+    return pad(F.input_file_block_start(), 20)
+
+
+def finalize_order(df: DataFrame) -> DataFrame:
+    """Replace :data:`ORDINAL` in ``seq`` by the message's ordinal within its file.
+
+    The ordinal counts distinct lines (``_pos``) of the same file whose ``seq`` has the same
+    prefix (the part before the placeholder), in line order. It depends only on the file's
+    content, so a re-delivered copy of a file gets the same ``seq`` values. No-op when the
+    format does not write :data:`ORDER_COLUMN`. Must run on the micro-batch before any shuffle
+    (only filters/projections since the file scan), so rows are still in file order.
+
+    Example::
+
+        events = finalize_order(batch_events)  # Canal: 'es.id.#.row' -> 'es.id.00000002.row'
+    """
+    if ORDER_COLUMN not in df.columns:
+        return df
+    seq = F.col("seq")
+    needs = seq.contains(ORDINAL)
+    # Row ids follow the scan order of each partition: call this before any shuffle of the batch.
+    # A line's place: the first row id of that exact line in the file (the rows a message
+    # explodes into share it; a repeated identical line counts once: duplicates change nothing).
+    df = df.withColumn("__line_id", F.monotonically_increasing_id()).withColumn(
+        "__line_id", F.min("__line_id").over(Window.partitionBy("_file", "_line")))
+    w = (Window.partitionBy("_file", F.substring_index(seq, ORDINAL, 1))
+         .orderBy(ORDER_COLUMN, "__line_id"))
+    ordinal = pad(F.dense_rank().over(w), 8)
+    return df.withColumn("seq", F.when(needs, F.replace(seq, F.lit(ORDINAL), ordinal))
+                         .otherwise(seq)).drop("__line_id")

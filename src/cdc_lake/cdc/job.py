@@ -32,14 +32,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
-from cdc_lake.checkpoint import instance_id, lock_for
+from cdc_lake.cdc.state import check_state, record_tables
+from cdc_lake.checkpoint import instance_id
+from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
+                                     read_offsets, read_source_log, source_log_files)
 from cdc_lake.config import ConfigError, PipelineConfig
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
 from cdc_lake.cdc.formats import parser_for
-from cdc_lake.runids import run_summary_path, safe_run_id
+from cdc_lake.locks import pipeline_lock
+from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
+from cdc_lake.runids import safe_run_id
 from cdc_lake.spark_session import build_session
+from cdc_lake.summary import SUMMARY_PREFIX, record_summary
 
-SUMMARY_PREFIX = "CDC_RUN_SUMMARY "
+__all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
 # Spark's file source forgets (and then ignores) files whose mtime is older than the newest seen
 # file minus maxFileAge (default 7 days): a late-landed file with an old mtime would be skipped
 # silently. Ten years: never in practice.
@@ -93,52 +99,72 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
     Raises:
         ConfigError: bad request (unknown table, missing landing folder).
         PipelineLocked: another run holds this pipeline's checkpoint.
+        PipelineStateError: a damaged checkpoint file or a table deleted behind the checkpoint.
+        QuarantineThresholdExceeded: the run quarantined more than ``quarantine:`` allows (what
+            it wrote is kept; ``.summary`` is the recorded summary).
     """
     selected = _validate_request(cfg, tables, full_refresh)
     run_id = safe_run_id(run_id or datetime.now(timezone.utc).strftime("run_%Y%m%dT%H%M%S_")
                          + uuid.uuid4().hex[:6])
     started_at = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    lock = lock_for(cfg.checkpoint_path)
+    lock = pipeline_lock(cfg)
     lock.acquire(run_id)  # before Spark starts: a losing run fails in milliseconds
-    try:
-        stats = RunStats()
-        fast_engine = None if full_refresh else _fast_path_engine(cfg, spark)
-        if fast_engine is not None and nothing_new(cfg):
-            # Nothing the file source would pick up: no Spark session, no query, no commit.
-            engine, progress = fast_engine, []
-            if spark is None and cfg.engine != "deltalake":
-                stats.engine_label = f"{cfg.engine} (not started: nothing new)"
-            stats.startup_s = round(time.monotonic() - t0, 3)
-        else:
-            spark = spark or build_session(cfg)
-            engine = select_engine(spark, cfg.engine)
-            stats.startup_s = round(time.monotonic() - t0, 3)
-            if full_refresh:
-                progress = _full_refresh(spark, cfg, engine, run_id, selected, stats,
-                                         max_files_per_trigger)
-            else:
-                app_id = f"cdc-{cfg.name}-{instance_id(cfg.checkpoint_path)}"
-                writer = BatchWriter(cfg, engine, app_id=app_id, run_id=run_id, selected=selected,
-                                     targets=Targets(tables={n: t.path for n, t in cfg.tables.items()},
-                                                     tombstones={n: cfg.tombstone_path(n)
-                                                                 for n in cfg.tables},
-                                                     write_side_tables=True),
-                                     stats=stats)
-                progress = _run_stream(spark, cfg, writer, cfg.checkpoint_path, max_files_per_trigger)
-    except Exception as e:
-        _record(cfg, {"pipeline": cfg.name, "run_id": run_id, "status": "failed",
-                      "error": f"{type(e).__name__}: {str(e)[:2000]}",
-                      "started_at": started_at.isoformat(timespec="seconds"),
-                      "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      "checkpoint": str(cfg.checkpoint_path)})
-        raise
+    try:  # the summary is recorded while the lock is held: no later run can record first
+        try:
+            engine, stats, progress = _process(cfg, spark, run_id, selected, full_refresh,
+                                               max_files_per_trigger, t0)
+        except Exception as e:
+            if not full_refresh and not isinstance(e, PipelineStateError):
+                _best_effort(record_tables, cfg)  # tables a failed run created are ours too
+            record_summary(cfg.runs_path, cfg.name, {
+                "pipeline": cfg.name, "run_id": run_id, "status": "failed",
+                "error": f"{type(e).__name__}: {str(e)[:2000]}",
+                "started_at": started_at.isoformat(timespec="seconds"),
+                "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "checkpoint": str(cfg.checkpoint_path)})
+            raise
+        summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats,
+                           progress, full_refresh, selected)
+        if not full_refresh:
+            record_tables(cfg)
+        try:  # too much quarantined: the summary says failed_quarantine_threshold, then raise
+            enforce_quarantine_limits(cfg.quarantine_limits, summary, cfg.quarantine_path)
+        finally:
+            record_summary(cfg.runs_path, cfg.name, summary)
     finally:
         lock.release()
-    summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats, progress,
-                       full_refresh, selected)
-    _record(cfg, summary)
     return summary
+
+
+def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selected: set[str],
+             full_refresh: bool, max_files_per_trigger: int | None,
+             t0: float) -> tuple[Engine, RunStats, list[dict[str, Any]]]:
+    """The run's work under the lock: fast no-op path, full refresh, or the incremental stream."""
+    stats = RunStats()
+    if not full_refresh:  # a full refresh neither reads the main checkpoint nor needs the tables
+        check_state(cfg)  # damaged checkpoint file / table deleted behind its back: stop, say how
+    fast_engine = None if full_refresh else _fast_path_engine(cfg, spark)
+    if fast_engine is not None and nothing_new(cfg):
+        # Nothing the file source would pick up: no Spark session, no query, no commit.
+        if spark is None and cfg.engine != "deltalake":
+            stats.engine_label = f"{cfg.engine} (not started: nothing new)"
+        stats.startup_s = round(time.monotonic() - t0, 3)
+        return fast_engine, stats, []
+    spark = spark or build_session(cfg)
+    engine = select_engine(spark, cfg.engine)
+    stats.startup_s = round(time.monotonic() - t0, 3)
+    if full_refresh:
+        return engine, stats, _full_refresh(spark, cfg, engine, run_id, selected, stats,
+                                            max_files_per_trigger)
+    app_id = f"cdc-{cfg.name}-{instance_id(cfg.checkpoint_path)}"
+    writer = BatchWriter(cfg, engine, app_id=app_id, run_id=run_id, selected=selected,
+                         targets=Targets(tables={n: t.path for n, t in cfg.tables.items()},
+                                         tombstones={n: cfg.tombstone_path(n) for n in cfg.tables},
+                                         write_side_tables=True),
+                         stats=stats)
+    return engine, stats, _run_stream(spark, cfg, writer, cfg.checkpoint_path,
+                                      max_files_per_trigger)
 
 
 def _fast_path_engine(cfg: PipelineConfig, spark: SparkSession | None) -> Engine | None:
@@ -151,7 +177,6 @@ def _fast_path_engine(cfg: PipelineConfig, spark: SparkSession | None) -> Engine
 
 
 _GLOB_SAFE = re.compile(r"[^{}\\^]*")  # fnmatch agrees with Hadoop's glob on these patterns
-_LOG_NAME = re.compile(r"(\d+)(\.compact)?")
 
 
 def nothing_new(cfg: PipelineConfig) -> bool:
@@ -175,30 +200,19 @@ def _nothing_new(cfg: PipelineConfig) -> bool:
         return False  # Spark would glob-expand / parse a URI: not a plain local folder
     if glob is not None and not _GLOB_SAFE.fullmatch(glob):
         return False
-    offsets, commits = cp / "offsets", cp / "commits"
-    ids = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
-    if not ids:
+    last = last_offset_batch(cp)
+    if last is None or last_committed_batch(cp) != last:
+        return False  # no batch yet, or the last planned batch is not committed
+    entry = read_offsets(cp, last)
+    if len(entry.sources) != 1 or entry.sources[0] is None:  # one file source
         return False
-    last = max(ids)
-    if not (commits / str(last)).is_file():
-        return False
-    lines = [ln for ln in (offsets / str(last)).read_text(encoding="utf-8").splitlines() if ln]
-    if len(lines) != 3 or lines[0] != "v1":  # version, batch metadata, one source offset
-        return False
-    log_offset = int(json.loads(lines[2])["logOffset"])
+    log_offset = int(entry.sources[0]["logOffset"])
     seen: set[str] = set()
-    source_log = cp / "sources" / "0"
-    for entry in os.scandir(source_log):
-        m = _LOG_NAME.fullmatch(entry.name)
-        if not m or int(m.group(1)) > log_offset:
+    for log_id, path in source_log_files(cp, 0):
+        if log_id > log_offset:
             continue
-        body = Path(entry.path).read_text(encoding="utf-8").splitlines()
-        if not body or body[0] != "v1":
-            return False
-        for ln in body[1:]:
-            if not ln.strip():
-                continue
-            uri = urlsplit(json.loads(ln)["path"])
+        for file_uri in read_source_log(path):
+            uri = urlsplit(file_uri)
             if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
                 return False
             seen.add(os.path.normpath(unquote(uri.path)))
@@ -243,8 +257,9 @@ def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, c
 
 def _full_refresh(spark: SparkSession, cfg: PipelineConfig, engine: Engine, run_id: str,
                   selected: set[str], stats: RunStats, max_files: int | None) -> list[dict[str, Any]]:
-    staging_root = cfg.lake_root / "_staging"
-    shutil.rmtree(staging_root, ignore_errors=True)  # leftovers of a refresh that died
+    # Only this pipeline's staging: pipelines may share one storage root (and run concurrently).
+    staging_root = cfg.lake_root / "_staging" / cfg.name
+    shutil.rmtree(staging_root, ignore_errors=True)  # leftovers of a refresh of ours that died
     work = staging_root / run_id
     checkpoint = work / "_checkpoint"
     targets = Targets(tables={n: work / "tables" / n for n in selected},
@@ -258,11 +273,18 @@ def _full_refresh(spark: SparkSession, cfg: PipelineConfig, engine: Engine, run_
                               (targets.tombstones[name], cfg.tombstone_path(name))):
             df = engine.read(str(staged))
             if df is None:  # no events at all for this table: an empty table is the truth
-                continue
+                current = engine.read(str(final))
+                if current is None:
+                    continue  # never existed and nothing to build: nothing to replace
+                df = current.limit(0)  # same schema, no rows: still one atomic swap commit
             result = engine.replace(str(final), df)
             if final == cfg.tables[name].path:
                 stats.tables.setdefault(name, TableStats()).delta_version = result.version
-    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(staging_root, ignore_errors=True)
+    try:
+        staging_root.parent.rmdir()  # `_staging` itself only if no other pipeline uses it
+    except OSError:
+        pass
     return progress
 
 
@@ -316,11 +338,8 @@ def _version_or_none(engine: Engine, path: Path) -> int | None:
         return None
 
 
-def _record(cfg: PipelineConfig, summary: dict[str, Any]) -> None:
-    path = run_summary_path(cfg.runs_path, cfg.name, summary["run_id"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(summary, indent=2, default=str)
-    for target in (path, path.with_name("latest.json")):
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(target)
+def _best_effort(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - never hide the run's own error behind this one
+        pass

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 ClauseKind = Literal["matched_delete", "matched_update_all", "matched_update", "not_matched_insert_all"]
@@ -129,6 +130,19 @@ class Engine(ABC):
 
     @abstractmethod
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]: ...
+
+    def widen(self, path: str, types: dict[str, str]) -> WriteResult:
+        """Change column types to wider ones that hold every stored value exactly.
+
+        Callers decide losslessness (:func:`cdc_lake.cdc.widening.widen`). This default rewrites
+        the table once (one commit, same rows, new schema): delta-rs has no type widening.
+        """
+        df = self.read(path)
+        if df is None:
+            return WriteResult(False, None)
+        cols = [F.col(f"`{f.name}`").cast(types[f.name]).alias(f.name) if f.name in types
+                else F.col(f"`{f.name}`") for f in df.schema.fields]
+        return self.replace(path, df.select(*cols))
 
     def already_committed(self, path: str, txn: Txn) -> bool:
         last = self.txn_version(path, txn.app_id) if self.exists(path) else None

@@ -25,6 +25,8 @@ from cdc_lake.engines.base import Engine, MergeSpec, Txn, WriteResult
 _TXN_CONF_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_CONF_VERSION = "spark.databricks.delta.write.txnVersion"
 _SESSION_TXN_LOCK = threading.Lock()
+# Every table this engine creates records a change feed (read by cdc_lake.sources.change_feed).
+CDF_PROPERTY = ("delta.enableChangeDataFeed", "true")
 
 
 class DeltaSparkEngine(Engine):
@@ -84,7 +86,7 @@ class DeltaSparkEngine(Engine):
 
     def create(self, path: str, schema: StructType) -> None:
         (self._delta_table().createIfNotExists(self.spark).location(path)
-         .addColumns(schema).execute())
+         .addColumns(schema).property(*CDF_PROPERTY).execute())
 
     def _merge(self, path: str, source: DataFrame, spec: MergeSpec, txn: Txn) -> WriteResult:
         if source.isEmpty():
@@ -123,14 +125,27 @@ class DeltaSparkEngine(Engine):
         n = df.count()
         if n == 0:
             return WriteResult(False, self.version(path))
+        if not self.exists(path):
+            self.create(path, df.schema)  # created with the change-feed property
         (df.write.format("delta").mode("append").option("mergeSchema", "true")
          .option("txnAppId", txn.app_id).option("txnVersion", str(txn.version)).save(path))
         return WriteResult(False, self.version(path), {"num_added_rows": n})
 
     def replace(self, path: str, df: DataFrame) -> WriteResult:
         n = df.count()
+        if not self.exists(path):
+            self.create(path, df.schema)  # overwrite keeps the table's properties (change feed)
         df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         return WriteResult(False, self.version(path), {"num_added_rows": n})
+
+    def widen(self, path: str, types: dict[str, str]) -> WriteResult:
+        """Delta type widening (table feature ``typeWidening``): metadata only, no rewrite."""
+        table = "delta.`" + path.replace("`", "``") + "`"
+        self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+        for column, sql_type in types.items():
+            quoted = "`" + column.replace("`", "``") + "`"
+            self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quoted} TYPE {sql_type}")
+        return WriteResult(False, self.version(path))
 
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]:
         if not self.exists(path):

@@ -24,6 +24,9 @@ from pyspark.sql.types import StructType
 from cdc_lake.engines.base import Engine, MergeSpec, Txn, WriteResult
 
 _UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
+# Every table this engine creates records a change feed (read by cdc_lake.sources.change_feed).
+# delta-rs applies ``configuration`` only when it creates the table; existing tables keep theirs.
+CDF_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
 
 
 class DeltaRsEngine(Engine):
@@ -66,7 +69,8 @@ class DeltaRsEngine(Engine):
         return dt.transaction_version(app_id) if dt else None
 
     def create(self, path: str, schema: StructType) -> None:
-        DeltaTable.create(path, schema=_arrow_schema(schema), mode="ignore")
+        DeltaTable.create(path, schema=_arrow_schema(schema), mode="ignore",
+                           configuration=CDF_CONFIGURATION)
 
     def _commit(self, txn: Txn) -> CommitProperties:
         return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)])
@@ -76,7 +80,10 @@ class DeltaRsEngine(Engine):
         if data.num_rows == 0:
             return WriteResult(False, self.version(path))
         if not self.exists(path):
-            DeltaTable.create(path, schema=data.schema, mode="ignore")
+            # nullable: delta-rs with change data feed fails a MERGE whose source row is neither
+            # matched nor inserted (a delete of an unknown key) when columns are NOT NULL
+            DeltaTable.create(path, schema=pa.schema([f.with_nullable(True) for f in data.schema]),
+                              mode="ignore", configuration=CDF_CONFIGURATION)
         dt = DeltaTable(path)
         merger = dt.merge(source=data, predicate=spec.predicate, source_alias="s",
                           target_alias="t", merge_schema=True,
@@ -98,12 +105,31 @@ class DeltaRsEngine(Engine):
         if data.num_rows == 0:
             return WriteResult(False, self.version(path))
         write_deltalake(path, data, mode="append", schema_mode="merge",
-                        commit_properties=self._commit(txn))
+                        configuration=CDF_CONFIGURATION, commit_properties=self._commit(txn))
         return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
 
     def replace(self, path: str, df: DataFrame) -> WriteResult:
         data = _to_arrow(df)
-        write_deltalake(path, data, mode="overwrite", schema_mode="overwrite")
+        write_deltalake(path, data, mode="overwrite", schema_mode="overwrite",
+                        configuration=CDF_CONFIGURATION)
+        return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
+
+    def widen(self, path: str, types: dict[str, str]) -> WriteResult:
+        """delta-rs has no type widening: rewrite the table once with the wider types, tagged
+        ``cdc_lake.same_rows`` so change-feed readers skip the commit (same rows, no changes)."""
+        from pyspark.sql import functions as F
+
+        from cdc_lake.sources.delta_log import SAME_ROWS
+
+        df = self.read(path)
+        if df is None:
+            return WriteResult(False, None)
+        cols = [F.col(f"`{f.name}`").cast(types[f.name]).alias(f.name) if f.name in types
+                else F.col(f"`{f.name}`") for f in df.schema.fields]
+        data = _to_arrow(df.select(*cols))
+        write_deltalake(path, data, mode="overwrite", schema_mode="overwrite",
+                        configuration=CDF_CONFIGURATION,
+                        commit_properties=CommitProperties(custom_metadata={SAME_ROWS: "true"}))
         return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
 
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]:

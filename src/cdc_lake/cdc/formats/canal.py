@@ -1,8 +1,20 @@
 """Canal flat-message JSON: several rows per message (``data[i]`` pairs with ``old[i]``).
 
-Canal carries no binlog file/offset, so order is (``es`` binlog ms, message ``id``, row index):
-two changes of one key must differ in ``es`` or ``id`` to be ordered (true for real Canal output,
-whose ``id`` grows per message). Values are strings; ``mysqlType`` gives each column's type.
+Canal carries no binlog file/offset. Order is (``es`` binlog time, message ``id``, the message's
+ordinal among the messages of its landing file with the same ``es`` and ``id``, row index):
+Canal's ``id`` is the client batch id, shared by every message of one batch, and ``es`` has
+second precision, so two changes of one row in one transaction differ only in their place in
+the file, which is the binlog order. The ordinal is filled in per micro-batch by
+:func:`cdc_lake.cdc.events.finalize_order`; it depends on the file's content only, so a
+re-delivered copy of a file yields the same sequence values (and no new SCD2 versions).
+
+``INSERT``/``UPDATE``/``DELETE`` are changes; ``INIT`` (the initial full load) is a snapshot row,
+ordered before a stream change with the same ``es`` and ``id``. Values are strings;
+``mysqlType`` gives each column's type. ``isDdl`` messages go to the DDL log.
+
+Example::
+
+    events = parse(lines)  # lines: DataFrame[_file, _line]; columns of events.COLUMNS + _pos
 """
 
 from __future__ import annotations
@@ -10,13 +22,15 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import pad, select_normalized, vget
+from cdc_lake.cdc.events import (ORDER_COLUMN, ORDINAL, json_failure, line_position, pad,
+                                 select_normalized, vget)
 
-_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
+_OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot"}
 
 
 def parse(lines: DataFrame) -> DataFrame:
-    df = lines.select("_file", "_line", F.try_parse_json("_line").alias("v"))
+    df = lines.select("_file", "_line", line_position().alias(ORDER_COLUMN),
+                      F.try_parse_json("_line").alias("v"))
     v = F.col("v")
     is_ddl = F.coalesce(vget(v, "$.isDdl", "boolean"), F.lit(False))
     rows = F.when(~is_ddl, vget(v, "$.data", "array<variant>"))
@@ -25,10 +39,14 @@ def parse(lines: DataFrame) -> DataFrame:
     op = F.create_map(*[x for k, o in _OPS.items() for x in (F.lit(k), F.lit(o))])[F.upper(typ)]
     es = vget(v, "$.es", "bigint")
     mid = F.coalesce(vget(v, "$.id", "bigint"), F.lit(0))
-    seq = F.concat_ws(".", pad(es, 16), pad(mid, 20), pad(F.coalesce("ridx", F.lit(0)), 8))
+    snapshot_rank = F.when(op == "snapshot", F.lit("0")).otherwise(F.lit("1"))
+    # 'V' marks this layout (older layouts began with a digit: they sort before it).
+    seq = F.concat_ws(".", F.lit("V"), pad(es, 16), pad(mid, 20), snapshot_rank,
+                      F.when(is_ddl, F.lit("00000000")).otherwise(F.lit(ORDINAL)),
+                      pad(F.coalesce("ridx", F.lit(0)), 8))
     kind = F.when(v.isNull(), "row").when(is_ddl, "ddl").otherwise("row")
     old = F.element_at(vget(v, "$.old", "array<variant>"), F.col("ridx") + 1)
-    error = (F.when(v.isNull(), F.lit("malformed JSON"))
+    error = (F.when(v.isNull(), json_failure(F.col("_line")))
              .when(kind != "row", F.lit(None))
              .when(typ.isNull(), F.lit("missing type"))
              .when(op.isNull(), F.concat(F.lit("unknown type "), F.to_json(vget(v, "$.type"))))
@@ -36,7 +54,7 @@ def parse(lines: DataFrame) -> DataFrame:
              .when(es.isNull(), F.lit("missing es (binlog time)"))
              .when(F.col("r").isNull() | F.is_variant_null("r"), F.lit("missing data rows")))
     return select_normalized(df.select(
-        "_file", "_line",
+        "_file", "_line", ORDER_COLUMN,
         error.alias("_error"), kind.alias("_kind"),
         vget(v, "$.database", "string").alias("db"),
         vget(v, "$.table", "string").alias("tbl"),
@@ -48,4 +66,4 @@ def parse(lines: DataFrame) -> DataFrame:
         vget(v, "$.mysqlType", "map<string,string>").alias("type_hints"),
         F.when(is_ddl, typ).alias("ddl_type"),
         vget(v, "$.sql", "string").alias("ddl_sql"),
-    ))
+    ), ordered=True)

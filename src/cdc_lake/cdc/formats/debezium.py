@@ -1,10 +1,17 @@
-"""Debezium (MySQL/MariaDB connector) JSON, with or without the ``{schema, payload}`` wrapper.
+"""Debezium JSON (MySQL/MariaDB and PostgreSQL connectors), with or without ``{schema, payload}``.
 
-Order is (``source.file``, ``source.pos``, snapshot-before-stream, ``source.row``); commit time is
-``source.ts_ms``. A literal ``null`` line (Kafka tombstone after a delete) is skipped, not an error.
+Order, MySQL/MariaDB: (``source.file``, ``source.pos``, snapshot-before-stream, ``source.row``).
+PostgreSQL (``source.lsn``, no binlog file/pos): (``source.lsn``, snapshot-before-stream,
+``source.txId``). Snapshot rows (op ``r``, or op ``c`` with ``source.snapshot`` ``true``/``last``/
+``first``/...) get op ``snapshot``; they share the connector position, so they sort before the
+stream changes at that position and, among themselves, by a hash of the row image (stable on
+re-delivery). Commit time is ``source.ts_ms``, or the envelope ``ts_ms`` when that is 0/absent
+(snapshot rows of some versions). A literal ``null`` line (Kafka tombstone) is skipped.
 Schema-change events (``ddl`` field) go to the DDL log. With the schema wrapper, each column's
-Connect type / logical name (e.g. ``io.debezium.time.Date``, ``...connect.data.Decimal:2``) is
-passed on as a type hint so values are decoded to real types.
+Connect type / logical name is passed on as a type hint ``name:scale:precision:type`` (e.g.
+``io.debezium.time.Date:::int32``, ``org.apache.kafka.connect.data.Decimal:2:10:bytes``,
+``double:::double``) so values are decoded to the stated types
+(:func:`cdc_lake.cdc.column_types.from_debezium`).
 """
 
 from __future__ import annotations
@@ -12,12 +19,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import binlog_file_number, pad, select_normalized, vget
+from cdc_lake.cdc.events import binlog_file_number, json_failure, pad, select_normalized, vget
 
 _FIELDS = ("array<struct<field:string,type:string,name:string,parameters:map<string,string>,"
            "fields:array<struct<field:string,type:string,name:string,"
            "parameters:map<string,string>>>>>")
 _OPS = {"c": "insert", "u": "update", "d": "delete", "r": "snapshot"}
+_SNAPSHOT_VALUES = ("true", "last", "first", "first_in_data_collection", "last_in_data_collection",
+                    "incremental")
 
 
 def parse(lines: DataFrame) -> DataFrame:
@@ -26,35 +35,51 @@ def parse(lines: DataFrame) -> DataFrame:
     wrapped = vget(F.col("v"), "$.payload").isNotNull() & vget(F.col("v"), "$.schema").isNotNull()
     df = df.withColumn("env", F.when(wrapped, vget(F.col("v"), "$.payload")).otherwise(F.col("v")))
     hints = F.expr(
-        f"map_from_entries(transform(filter(try_variant_get(v, '$.schema.fields', '{_FIELDS}'),"
-        " x -> x.field = 'after')[0].fields,"
-        " f -> struct(f.field, concat_ws(':', coalesce(f.name, f.type), f.parameters['scale'],"
-        " f.parameters['connect.decimal.precision']))))")
+        # try_element_at: a schema without an 'after' field (schema-change records) gives null
+        f"map_from_entries(transform(try_element_at(filter(try_variant_get(v, '$.schema.fields', '{_FIELDS}'),"
+        " x -> x.field = 'after'), 1).fields,"
+        " f -> struct(f.field, concat_ws(':', coalesce(f.name, f.type),"
+        " coalesce(f.parameters['scale'], ''), coalesce(f.parameters['connect.decimal.precision'], ''),"
+        " coalesce(f.type, '')))))")
     env = F.col("env")
     raw_op = vget(env, "$.op", "string")
-    op = F.create_map(*[x for k, o in _OPS.items() for x in (F.lit(k), F.lit(o))])[raw_op]
+    snap_flag = F.lower(vget(env, "$.source.snapshot", "string"))
+    is_snapshot = (raw_op == "r") | ((raw_op == "c") & snap_flag.isin(*_SNAPSHOT_VALUES))
+    op = F.when(is_snapshot, F.lit("snapshot")).otherwise(
+        F.create_map(*[x for k, o in _OPS.items() for x in (F.lit(k), F.lit(o))])[raw_op])
     ddl = vget(env, "$.ddl", "string")
     src_file = vget(env, "$.source.file", "string")
     pos = vget(env, "$.source.pos", "bigint")
+    lsn = vget(env, "$.source.lsn", "bigint")
     row_no = F.coalesce(vget(env, "$.source.row", "bigint"), F.lit(0))
-    snapshot_rank = F.when(raw_op == "r", F.lit("0")).otherwise(F.lit("1"))
-    seq = F.concat_ws(".", pad(binlog_file_number(src_file), 10), pad(pos, 20), snapshot_rank,
-                      pad(row_no, 10))
+    snapshot_rank = F.when(is_snapshot, F.lit("0")).otherwise(F.lit("1"))
+    image = F.when(raw_op == "d", vget(env, "$.before")).otherwise(vget(env, "$.after"))
+    # Snapshot rows share one position: a hash of the row image orders them deterministically.
+    tiebreak = F.when(is_snapshot, F.concat(F.lit("."), F.lpad(F.hex(F.xxhash64(F.to_json(image))),
+                                                                 16, "0")))
+    mysql_seq = F.concat(F.concat_ws(".", pad(binlog_file_number(src_file), 10), pad(pos, 20),
+                                     snapshot_rank, pad(row_no, 10)), F.coalesce(tiebreak, F.lit("")))
+    tx = F.coalesce(vget(env, "$.source.txId", "bigint"), F.lit(0))
+    pg_seq = F.concat(F.concat_ws(".", F.lit("L"), pad(lsn, 20), snapshot_rank, pad(tx, 20)),
+                      F.coalesce(tiebreak, F.lit("")))
+    has_binlog = src_file.isNotNull() & pos.isNotNull()
+    seq = F.when(has_binlog, mysql_seq).when(lsn.isNotNull(), pg_seq)
+    src_ts = vget(env, "$.source.ts_ms", "bigint")
+    commit_ms = F.coalesce(F.when(src_ts > 0, src_ts), vget(env, "$.ts_ms", "bigint"), src_ts)
     kind = (F.when(F.col("v").isNull(), "row")  # malformed: routed by _error
             .when(F.is_variant_null("v"), "skip")
             .when(ddl.isNotNull(), "ddl")
             .when(raw_op == "t", "ddl")
             .otherwise("row"))
-    error = (F.when(F.col("v").isNull(), F.lit("malformed JSON"))
+    error = (F.when(F.col("v").isNull(), json_failure(F.col("_line")))
              .when(kind != "row", F.lit(None))
              .when(raw_op.isNull(), F.lit("missing op"))
              .when(op.isNull(), F.concat(F.lit("unknown op "), F.to_json(vget(env, "$.op"))))
              .when(vget(env, "$.source.table", "string").isNull(), F.lit("missing source.table"))
-             .when(src_file.isNull() | pos.isNull(),
-                   F.lit("missing binlog position (source.file/source.pos)"))
-             .when(F.when(raw_op == "d", vget(env, "$.before")).otherwise(vget(env, "$.after"))
-                   .isNull() | F.is_variant_null(
-                       F.when(raw_op == "d", vget(env, "$.before")).otherwise(vget(env, "$.after"))),
+             .when(seq.isNull(),
+                   F.lit("missing connector position: need source.file + source.pos (MySQL/"
+                         "MariaDB) or source.lsn (PostgreSQL)"))
+             .when(image.isNull() | F.is_variant_null(image),
                    F.concat(F.lit("missing row image for op "), raw_op)))
     table_from_ddl = F.regexp_extract(vget(env, "$.tableChanges[0].id", "string"), r"([^.\"`]+)\"?$", 1)
     return select_normalized(df.select(
@@ -65,8 +90,8 @@ def parse(lines: DataFrame) -> DataFrame:
         F.coalesce(vget(env, "$.source.table", "string"), F.nullif(table_from_ddl, F.lit(""))).alias("tbl"),
         op.alias("op"),
         seq.alias("seq"),
-        F.timestamp_millis(vget(env, "$.source.ts_ms", "bigint")).alias("commit_ts"),
-        F.when(raw_op == "d", vget(env, "$.before")).otherwise(vget(env, "$.after")).alias("row"),
+        F.timestamp_millis(commit_ms).alias("commit_ts"),
+        image.alias("row"),
         vget(env, "$.before").alias("old"),
         F.lit(None).cast("array<string>").alias("pk_names"),
         hints.alias("type_hints"),

@@ -1,7 +1,11 @@
 """Maxwell's Daemon JSON.
 
-Order is (binlog file, offset, ``xoffset``) from ``position`` when present, else (``ts``, ``xid``,
-``xoffset``). ``data`` is the full row (the deleted row for deletes); ``old`` holds previous values
+Order: rows without ``position`` by (``ts``, ``xid``, ``xoffset``), then rows with ``position``
+by (binlog file, offset, ``xoffset``). ``position`` is optional (``output_binlog_position``) and
+is typically switched on mid-history: everything written before the switch sorts before
+everything after it, and positioned rows keep their exact binlog order. (Switching positions
+*off* again is not supported: later rows without a position would sort first.)
+``data`` is the full row (the deleted row for deletes); ``old`` holds previous values
 of changed columns only, so a primary-key change shows up as an ``update`` whose ``old`` carries
 the old key. DDL types (``table-alter``...) go to the DDL log; ``bootstrap-start``/``-complete``
 are markers and are skipped (counted), ``bootstrap-insert`` is a snapshot row.
@@ -12,7 +16,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import binlog_file_number, pad, select_normalized, vget
+from cdc_lake.cdc.events import binlog_file_number, json_failure, pad, select_normalized, vget
 
 _OPS = {"insert": "insert", "update": "update", "delete": "delete", "bootstrap-insert": "snapshot"}
 _MARKERS = ("bootstrap-start", "bootstrap-complete")
@@ -45,9 +49,10 @@ def parse(lines: DataFrame) -> DataFrame:
     pos_file = F.regexp_extract("position", r"^(.*):(\d+)$", 1)
     pos_off = F.regexp_extract("position", r"^(.*):(\d+)$", 2)
     ts, xoffset = F.col("ts"), F.col("xoffset")
-    seq = (F.when(pos_off != "", F.concat_ws(".", F.lit("P"), pad(binlog_file_number(pos_file), 10),
+    # 'V' marks this layout: older layouts began with 'P'/'T' and sort before it.
+    seq = (F.when(pos_off != "", F.concat_ws(".", F.lit("V.1"), pad(binlog_file_number(pos_file), 10),
                                               pad(pos_off, 20), pad(xoffset, 10)))
-           .when(ts.isNotNull(), F.concat_ws(".", F.lit("T"), pad(ts, 12),
+           .when(ts.isNotNull(), F.concat_ws(".", F.lit("V.0"), pad(ts, 12),
                                              pad(F.coalesce(F.col("xid"), F.lit(0)), 20),
                                              pad(xoffset, 10))))
     is_ddl = typ.contains("-") & ~typ.startswith("bootstrap")
@@ -55,7 +60,7 @@ def parse(lines: DataFrame) -> DataFrame:
             .when(is_ddl, "ddl").otherwise("row"))
     df = df.select("*", op.alias("op"), seq.alias("seq"), kind.alias("_kind"))
     data = F.col("data")
-    error = (F.when(F.col("bad"), F.lit("malformed JSON"))
+    error = (F.when(F.col("bad"), json_failure(F.col("_line")))
              .when(F.col("_kind") != "row", F.lit(None))
              .when(typ.isNull(), F.lit("missing type"))
              .when(F.col("op").isNull(),

@@ -1,0 +1,217 @@
+"""Operators for the enrichment and dimension-refresh kinds (subclasses of the CDC operator).
+
+Both spark-submit their job exactly like :class:`~cdc_lake.airflow.operator.CdcSparkSubmitOperator`
+(master from the Spark connection, ``spark.conf`` of the YAML, UTC, Delta jars for engine
+``delta-spark``, ``--py-files`` with the ``cdc_lake`` package); what differs:
+
+=========================  ============================================  ==========================================
+                           :class:`EnrichSparkSubmitOperator`            :class:`DimensionRefreshOperator`
+=========================  ============================================  ==========================================
+application                ``spark_jobs/enrich.py``                      ``spark_jobs/dimension_refresh.py``
+application args           ``--pipeline Y --run-id {{ run_id }}``        ``--pipeline Y --date {{ ds }} --run-id {{ run_id }}``
+                           (+ ``--reprocess`` when the run param is set)
+outlets (Assets)           enriched, pending, aggregates, quarantine     the dimension table
+exit 75 (locked)           **skipped**: the holder processes everything   **fails, retried**: this date must still
+                           new since the checkpoint                      be applied (a skip would let the next
+                                                                         date run and this one be lost)
+exit 2 (config)            fails, no retry                               fails, no retry
+exit 3                     fails, no retry (change feed unavailable /    fails, no retry (invalid snapshot:
+                           upstream rewritten: needs ``--reprocess``)    NULL/duplicate keys, a lost column)
+exit 66                    —                                             fails, retried (snapshot not landed yet)
+other                      fails, retried with backoff                   fails, retried with backoff
+=========================  ============================================  ==========================================
+
+Example::
+
+    EnrichSparkSubmitOperator(task_id="enrich", pipeline=load_pipeline("pipelines/shop_order_lines.yaml"))
+    DimensionRefreshOperator(task_id="refresh", pipeline=load_pipeline("pipelines/product_categories.yaml"))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from cdc_lake.airflow import REPO_ROOT
+from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
+from cdc_lake.airflow.operator import (CdcSparkSubmitOperator, _build_conf, _build_delta_jars, _json_scalars,
+                                      _lock_lines, table_asset)
+from cdc_lake.airflow.params import RunParams, unknown_conf_message
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+ENRICH_JOB = REPO_ROOT / "spark_jobs" / "enrich.py"
+DIMENSION_JOB = REPO_ROOT / "spark_jobs" / "dimension_refresh.py"
+ENRICH_PARAMS = ("reprocess",)
+
+
+def enrich_output_paths(cfg: Any) -> dict[str, Path]:
+    """Tables an enrichment pipeline writes that others may schedule on, by output name."""
+    outs = dict(getattr(cfg, "output_tables", {}) or {})
+    outs.pop("manifest", None)  # bookkeeping, not data to schedule on
+    return outs
+
+
+class _KindOperator(CdcSparkSubmitOperator):
+    """Shared ``execute``: no CDC params, spark-submit, exit-code mapping, run summary -> XCom."""
+
+    kind_label = "job"
+
+    def __init__(self, *, pipeline: Any, application: str, application_args: list[str],
+                 conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        # SparkSubmitOperator's constructor directly: the CDC one derives outlets from CDC tables.
+        SparkSubmitOperator.__init__(
+            self, application=application, application_args=application_args,
+            conf=_build_conf(pipeline), conn_id=conn_id, **_build_delta_jars(pipeline), **kwargs)
+        self.pipeline = pipeline
+        self._run_params = RunParams()
+
+    def _extra_args(self, context: Context) -> list[str]:
+        return []
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        run_id = context["run_id"]
+        if run_id.startswith("-"):  # would read as an option of the job's CLI
+            raise AirflowFailException(f"Run id {run_id!r} starts with '-'; use a run id that does not")
+        extra = self._extra_args(context)
+        # CdcSparkSubmitOperator._get_hook appends these to the application args
+        self._run_params = _CliArgs(extra)  # type: ignore[assignment]
+        self.log.info("%s %s, run %s, extra args %s", self.kind_label, self.pipeline.name, run_id, extra)
+        self._ship_package()
+        try:
+            SparkSubmitOperator.execute(self, context)
+        except AirflowException as e:
+            self._raise_for_exit_code(e)
+            raise
+        summary = self._read_summary(run_id)
+        if summary is not None:
+            self.log.info("%s run summary: %s", self.kind_label, _json_scalars(summary))
+            self._annotate(context, summary)
+        return summary
+
+    def _annotate(self, context: Context, summary: dict[str, Any]) -> None:
+        events = context.get("outlet_events")
+        if events is None:
+            return
+        common = {"pipeline": self.pipeline.name, "run_id": summary.get("run_id")}
+        tables = summary.get("tables") or {}
+        for name, path in self._outputs().items():
+            metrics = tables.get(name)
+            events[table_asset(path)].extra = {
+                **common, **_json_scalars(metrics if isinstance(metrics, dict) else {"delta_version": metrics})}
+
+    def _outputs(self) -> dict[str, Path]:
+        raise NotImplementedError
+
+    def _code(self) -> int | None:
+        hook = self._hook
+        return hook.returncode if isinstance(hook, CdcSparkSubmitHook) else None
+
+
+class _CliArgs(RunParams):
+    """Extra job CLI arguments in the shape ``_get_hook`` expects (``to_cli_args()``)."""
+
+    def __init__(self, args: list[str]) -> None:
+        super().__init__()
+        object.__setattr__(self, "_args", list(args))
+
+    def to_cli_args(self) -> list[str]:
+        return list(self._args)  # type: ignore[attr-defined]
+
+
+class EnrichSparkSubmitOperator(_KindOperator):
+    """Run one enrichment pipeline (``spark_jobs/enrich.py``) and return its run summary.
+
+    Run param ``reprocess`` (boolean, default false) adds ``--reprocess``: reset this
+    pipeline's checkpoint and outputs and rebuild from the upstream tables' current snapshot
+    (the recovery the job names after exit 3).
+    """
+
+    ui_color = "#fde6c8"
+    kind_label = "Enrichment"
+
+    def __init__(self, *, pipeline: Any, conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        kwargs.setdefault("name", f"cdc_lake-enrich-{pipeline.name}")
+        if "outlets" not in kwargs:
+            kwargs["outlets"] = [table_asset(p) for p in enrich_output_paths(pipeline).values()]
+        kwargs.setdefault("application", str(ENRICH_JOB))
+        kwargs.setdefault("application_args", ["--pipeline", str(pipeline.file), "--run-id", "{{ run_id }}"])
+        super().__init__(pipeline=pipeline, conn_id=conn_id, **kwargs)
+
+    def _extra_args(self, context: Context) -> list[str]:
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        message = unknown_conf_message(conf, ENRICH_PARAMS, dag_id=self.pipeline.name)
+        if message:
+            raise AirflowFailException(message)
+        reprocess = (context.get("params") or {}).get("reprocess", False)
+        if not isinstance(reprocess, bool):
+            raise AirflowFailException(f"Run param 'reprocess' must be true or false, got {reprocess!r}")
+        return ["--reprocess"] if reprocess else []
+
+    def _outputs(self) -> dict[str, Path]:
+        return enrich_output_paths(self.pipeline)
+
+    def _raise_for_exit_code(self, error: AirflowException) -> None:
+        code, name = self._code(), self.pipeline.name
+        tail = self._hook.output_tail if isinstance(self._hook, CdcSparkSubmitHook) else []
+        if code == 75:
+            raise AirflowSkipException(
+                f"Enrichment {name!r} is locked by another run (exit 75); skipped: the holder "
+                f"processes everything new since the checkpoint.{_lock_lines(tail)}") from error
+        if code == 2:
+            raise AirflowFailException(f"Enrichment {name!r}: the job rejected its config or "
+                                       f"arguments (exit 2); not retrying. {error}") from error
+        if code == 3:
+            raise AirflowFailException(
+                f"Enrichment {name!r}: an upstream change feed is unavailable or the upstream "
+                "table was rewritten (exit 3); not retrying. Recover with a manual run with param "
+                f"reprocess=true (spark_jobs/enrich.py --pipeline {self.pipeline.file} --reprocess)."
+                + "\n" + "\n".join(tail[-5:])) from error
+
+
+class DimensionRefreshOperator(_KindOperator):
+    """Refresh one dimension table from the snapshot of the run's logical date (``{{ ds }}``)."""
+
+    ui_color = "#e8dcf5"
+    kind_label = "Dimension refresh"
+
+    def __init__(self, *, pipeline: Any, conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
+        kwargs.setdefault("name", f"cdc_lake-dimension-{pipeline.name}")
+        if "outlets" not in kwargs:
+            kwargs["outlets"] = [table_asset(pipeline.table)]
+        kwargs.setdefault("application", str(DIMENSION_JOB))
+        kwargs.setdefault("application_args", ["--pipeline", str(pipeline.file), "--date", "{{ ds }}",
+                                               "--run-id", "{{ run_id }}"])
+        super().__init__(pipeline=pipeline, conn_id=conn_id, **kwargs)
+
+    def _extra_args(self, context: Context) -> list[str]:
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        message = unknown_conf_message(conf, (), dag_id=self.pipeline.name)
+        if message:
+            raise AirflowFailException(message + " (the snapshot date is the run's logical date)")
+        return []
+
+    def _outputs(self) -> dict[str, Path]:
+        return {"table": self.pipeline.table}
+
+    def _raise_for_exit_code(self, error: AirflowException) -> None:
+        code, name = self._code(), self.pipeline.name
+        tail = self._hook.output_tail if isinstance(self._hook, CdcSparkSubmitHook) else []
+        last = "\n".join(tail[-3:])
+        if code == 75:
+            raise AirflowException(
+                f"Dimension {name!r} is locked by another run (exit 75); failing so Airflow retries: "
+                f"this date must still be applied.{_lock_lines(tail)}") from error
+        if code == 2:
+            raise AirflowFailException(f"Dimension {name!r}: the job rejected its config or arguments "
+                                       f"(exit 2); not retrying.\n{last}") from error
+        if code == 3:
+            raise AirflowFailException(f"Dimension {name!r}: the snapshot is not a valid full snapshot "
+                                       f"(exit 3); fix the file, then clear this task.\n{last}") from error
+        if code == 66:
+            raise AirflowException(f"Dimension {name!r}: the snapshot file is not there yet (exit 66); "
+                                   f"retrying.\n{last}") from error

@@ -1,0 +1,87 @@
+"""Before a run touches anything: is the stored state the checkpoint describes still there?
+
+* Every Spark log file of the checkpoint is readable (:func:`cdc_lake.checkpoint_log.validate_checkpoint`).
+* Every Delta table (and tombstone table) the checkpoint has written still exists. A table
+  deleted while its checkpoint survives would otherwise be re-created holding only the changes
+  that arrive from now on (seen: 5 rows became 1, exit 0).
+
+Both raise a :class:`~cdc_lake.checkpoint_log.PipelineStateError` that names the file or table
+and the recovery command; the CLI exits 3 (no retry helps). After a successful check and after
+every run the tables that exist are recorded in ``<checkpoint>/cdc_tables.json``.
+
+Example::
+
+    check_state(cfg)            # before the fast path and before Spark starts
+    ...                         # the run
+    record_tables(cfg)          # under the lock, after the run
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from cdc_lake.checkpoint import record_written_tables, written_tables
+from cdc_lake.checkpoint_log import PipelineStateError, validate_checkpoint
+from cdc_lake.config import PipelineConfig
+
+
+class TableMissing(PipelineStateError):
+    """A Delta table the checkpoint has written is gone."""
+
+    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
+        self.tables = tables
+        super().__init__(f"{detail}; this run stops so nothing is silently lost (an incremental "
+                         f"run would re-create it with only the changes that arrive from now on). "
+                         f"Recovery: {recovery}")
+
+
+def _job_cmd(cfg: PipelineConfig, *extra: str) -> str:
+    return " ".join(["spark-submit", "spark_jobs/cdc_ingest.py", "--pipeline", str(cfg.file), *extra])
+
+
+def refresh_command(cfg: PipelineConfig, tables: list[str]) -> str:
+    names = ",".join(sorted(tables))
+    return (f"rebuild it from the landing history with a full refresh: `{_job_cmd(cfg, '--full-refresh', '--tables', names)}` "
+            f"(or trigger the DAG {cfg.name!r} with conf {{\"full_refresh\": true, \"tables\": "
+            f"[{', '.join(repr(t).replace(chr(39), chr(34)) for t in sorted(tables))}]}})")
+
+
+def reset_command(cfg: PipelineConfig) -> str:
+    cp = cfg.checkpoint_path
+    return (f"move the checkpoint aside and run again: `mv {cp} {cp}.damaged && {_job_cmd(cfg)}`; the new "
+            "checkpoint re-reads the whole landing history, and because every MERGE is ordered by "
+            "binlog sequence, re-applied changes leave the tables as they are")
+
+
+def _exists(path: Path) -> bool:
+    return DeltaTable.is_deltatable(str(path))
+
+
+def check_state(cfg: PipelineConfig) -> None:
+    """Raise :class:`PipelineStateError` if the checkpoint or a table it wrote is damaged/missing."""
+    validate_checkpoint(cfg.checkpoint_path, recovery=reset_command(cfg))
+    written = written_tables(cfg.checkpoint_path)
+    missing: dict[str, str] = {}
+    for kind, recorded in written.items():
+        for name, old_path in recorded.items():
+            if name not in cfg.tables:
+                continue  # no longer configured: not this pipeline's business any more
+            path = cfg.tables[name].path if kind == "tables" else cfg.tombstone_path(name)
+            if not _exists(path):
+                where = str(path) if str(path) == old_path else f"{path} (it was written at {old_path})"
+                missing.setdefault(name, f"{'table' if kind == 'tables' else 'tombstone table'} "
+                                         f"{name!r}: no Delta table at {where}")
+    if missing:
+        detail = (f"pipeline {cfg.name!r}: checkpoint {cfg.checkpoint_path} has written "
+                  + "; ".join(missing[n] for n in sorted(missing)))
+        raise TableMissing(sorted(missing), detail, refresh_command(cfg, sorted(missing)))
+
+
+def record_tables(cfg: PipelineConfig) -> None:
+    """Record the configured tables that exist now as written by this checkpoint."""
+    tables = {n: str(t.path) for n, t in cfg.tables.items() if _exists(t.path)}
+    tombstones = {n: str(cfg.tombstone_path(n)) for n in cfg.tables if _exists(cfg.tombstone_path(n))}
+    if tables or tombstones:
+        record_written_tables(cfg.checkpoint_path, tables, tombstones)

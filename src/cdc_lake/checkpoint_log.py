@@ -1,0 +1,172 @@
+"""Reading Spark's streaming checkpoint files (the one place that knows their format).
+
+A Structured Streaming checkpoint folder holds:
+
+* ``metadata`` — one JSON line ``{"id": "<query uuid>"}``;
+* ``offsets/N`` — ``v1``, a batch-metadata JSON line, then one JSON offset line per source
+  (``{"logOffset": K}`` for the file source; ``-`` for a source without an offset);
+* ``commits/N`` — ``v1`` and one JSON line: batch ``N`` finished;
+* ``sources/0/K`` and ``sources/0/K.compact`` — the file source's log: ``v1`` then one JSON line
+  ``{"path": "file:///...", "timestamp": ..., "batchId": ...}`` per file it has taken.
+
+Spark writes them atomically, but a full disk, a copied folder or a storage fault can leave an
+empty or truncated file, and Spark then fails with "Incomplete log file" (or a JSON error) deep in
+a stack trace. :func:`validate_checkpoint` checks every one of them before Spark starts and raises
+:class:`CheckpointDamaged` naming the file, what is wrong and the recovery command.
+
+Example::
+
+    last_committed_batch(Path("/lake/_checkpoints/shop"))   # 41, or None before the first batch
+    validate_checkpoint(Path("/lake/_checkpoints/shop"), recovery="mv ... && spark-submit ...")
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_LOG_NAME = re.compile(r"(\d+)(\.compact)?")
+
+
+class PipelineStateError(RuntimeError):
+    """The pipeline's stored state (checkpoint, tables) needs an operator: the message says what
+    is wrong and the command that recovers. Retrying does not help (CLI exit code 3)."""
+
+
+class CheckpointDamaged(PipelineStateError):
+    """A checkpoint file is empty, truncated or not in the expected format."""
+
+    def __init__(self, file: Path, problem: str, recovery: str) -> None:
+        self.file, self.problem, self.recovery = file, problem, recovery
+        super().__init__(f"checkpoint file {file} is {problem}; Spark cannot resume from it. "
+                         f"Recovery: {recovery}")
+
+
+@dataclass(frozen=True)
+class OffsetEntry:
+    """``offsets/N``: the batch metadata and one offset per source (None for ``-``)."""
+
+    batch_id: int
+    metadata: dict[str, Any]
+    sources: tuple[dict[str, Any] | None, ...]
+
+
+def batch_ids(folder: Path) -> list[int]:
+    """Sorted batch ids of the log files (``N``, not hidden/temp files) in ``offsets``/``commits``."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    """The highest batch id with a ``commits/N`` file (the last batch Spark finished)."""
+    ids = batch_ids(checkpoint / "commits")
+    return ids[-1] if ids else None
+
+
+def last_offset_batch(checkpoint: Path) -> int | None:
+    """The highest batch id with an ``offsets/N`` file (planned; maybe not committed)."""
+    ids = batch_ids(checkpoint / "offsets")
+    return ids[-1] if ids else None
+
+
+def _lines(path: Path) -> list[str]:
+    """The lines of a ``v1`` log file; ValueError (with the problem) when it is not one."""
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError("empty")
+    lines = text.splitlines()
+    if lines[0] != "v1":
+        raise ValueError(f"not a v1 log file (first line {lines[0][:40]!r})")
+    return lines[1:]
+
+
+def _json(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise ValueError(f"truncated or corrupt (line {line[:60]!r} is not JSON)") from None
+
+
+def read_offsets(checkpoint: Path, batch_id: int) -> OffsetEntry:
+    """Parse ``offsets/<batch_id>`` (ValueError naming the problem if it is damaged)."""
+    lines = _lines(checkpoint / "offsets" / str(batch_id))
+    if len(lines) < 2:
+        raise ValueError("truncated (no source offset after the batch metadata)")
+    meta = _json(lines[0])
+    sources = tuple(None if ln == "-" else _json(ln) for ln in lines[1:])
+    if not isinstance(meta, dict) or not all(s is None or isinstance(s, dict) for s in sources):
+        raise ValueError("not in the offsets format")
+    return OffsetEntry(batch_id, meta, sources)
+
+
+def read_commit(checkpoint: Path, batch_id: int) -> dict[str, Any]:
+    lines = _lines(checkpoint / "commits" / str(batch_id))
+    if not lines:
+        raise ValueError("truncated (no commit metadata after the version line)")
+    meta = _json(lines[0])
+    if not isinstance(meta, dict):
+        raise ValueError("not in the commits format")
+    return meta
+
+
+def source_log_files(checkpoint: Path, source: int = 0) -> list[tuple[int, Path]]:
+    """``(log id, file)`` of the file source's metadata log, compact files included."""
+    folder = checkpoint / "sources" / str(source)
+    if not folder.is_dir():
+        return []
+    out = []
+    for p in folder.iterdir():
+        m = _LOG_NAME.fullmatch(p.name)
+        if m:
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def read_source_log(path: Path) -> list[str]:
+    """The file URIs one file-source log file lists."""
+    paths = []
+    for ln in _lines(path):
+        if not ln.strip():
+            continue
+        entry = _json(ln)
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise ValueError("not in the file source log format")
+        paths.append(entry["path"])
+    return paths
+
+
+def validate_checkpoint(checkpoint: Path, *, recovery: str) -> None:
+    """Check every Spark log file of the checkpoint; raise :class:`CheckpointDamaged` on the
+    first damaged one. A checkpoint that does not exist yet is fine."""
+    meta = checkpoint / "metadata"
+    checks: list[tuple[Path, Any]] = []
+    if meta.exists():
+        checks.append((meta, lambda: _metadata(meta)))
+    for n in batch_ids(checkpoint / "offsets"):
+        checks.append((checkpoint / "offsets" / str(n), lambda n=n: read_offsets(checkpoint, n)))
+    for n in batch_ids(checkpoint / "commits"):
+        checks.append((checkpoint / "commits" / str(n), lambda n=n: read_commit(checkpoint, n)))
+    sources = checkpoint / "sources"
+    for folder in sorted(sources.iterdir()) if sources.is_dir() else []:
+        if folder.name.isdigit():
+            for _, p in source_log_files(checkpoint, int(folder.name)):
+                checks.append((p, lambda p=p: read_source_log(p)))
+    for path, check in checks:
+        try:
+            check()
+        except (ValueError, UnicodeDecodeError, OSError) as e:
+            raise CheckpointDamaged(path, str(e) if isinstance(e, ValueError) else
+                                    f"unreadable ({e})", recovery) from None
+
+
+def _metadata(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError("empty")
+    data = _json(text.splitlines()[0])
+    if not isinstance(data, dict) or "id" not in data:
+        raise ValueError("not in the metadata format (no query id)")

@@ -1,0 +1,209 @@
+"""``kind: dimension`` pipeline YAML -> one frozen, validated :class:`DimensionPipelineConfig`.
+
+Same rules as the other kinds (:mod:`cdc_lake.config`): relative paths resolve against the
+YAML's folder, ``${VAR}`` expands, every problem raises :class:`ConfigError` naming file,
+dotted key, value and fix. Example YAML::
+
+    kind: dimension
+    pipeline: product_categories
+    schedule: {cron: "0 2 * * *"}        # or "0 2 * * *", "@daily", {every: 1d}
+    snapshots: {path: ../data/snapshots/product_categories, format: csv, pattern: "{date}.csv"}
+    keys: [product_id]
+    scd: 1                               # or 2
+    schema: {product_id: int, category: string}   # optional; recommended for CSV
+    table: ../lake/dims/product_categories
+    # storage: {state: <table parent>/_checkpoints/<pipeline>, runs: <table parent>/_runs}
+
+Python::
+
+    cfg = load_pipeline("pipelines/product_categories.yaml")
+    cfg.snapshot_file("2026-01-02")      # PosixPath('/abs/data/snapshots/product_categories/2026-01-02.csv')
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cdc_lake.config import (_TYPE_RE, DEFAULT_DELTA_PACKAGES, ENGINES, NAME_RE, ConfigError,
+                             DeltaSparkSettings, Reader, Schedule, parse_schedule)
+from cdc_lake.locks import LockSettings, parse_lock_settings
+
+SNAPSHOT_FORMATS = ("csv", "parquet")
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# Columns the refresh job adds to the dimension table.
+SCD1_META = ("_snapshot_date",)
+SCD2_META = ("_valid_from", "_valid_to", "_is_current")
+
+
+@dataclass(frozen=True)
+class SnapshotSource:
+    """``snapshots:`` — one full snapshot file per day: ``<path>/<pattern with {date}>``."""
+
+    path: Path
+    format: Literal["csv", "parquet"]
+    pattern: str
+    header: bool = True
+    delimiter: str = ","
+
+
+@dataclass(frozen=True)
+class DimensionPipelineConfig:
+    """Everything one dimension refresh needs; built only by :func:`load_dimension_pipeline`."""
+
+    file: Path
+    name: str
+    description: str
+    owner: str
+    tags: tuple[str, ...]
+    schedule: Schedule
+    start_date: str
+    retries: int
+    snapshots: SnapshotSource
+    keys: tuple[str, ...]
+    scd: Literal[1, 2]
+    schema: dict[str, str] | None
+    table: Path
+    checkpoint_path: Path  # the state folder: lock file + last_applied.json
+    runs_path: Path
+    engine: Literal["auto", "deltalake", "delta-spark"]
+    delta_spark: DeltaSparkSettings
+    spark_conf: dict[str, str]
+    spark_conn_id: str
+    trigger: str = "batch"  # a plain batch job (no stream); kept for the shared config shape
+    kind: Literal["dimension"] = "dimension"
+    lock: LockSettings = field(default_factory=LockSettings)
+
+    @property
+    def app_id(self) -> str:
+        """Delta transaction app id of this pipeline's writes; the version is the date as yyyymmdd."""
+        return f"dimension-{self.name}"
+
+    def snapshot_file(self, date: str) -> Path:
+        """The snapshot file of ``date`` (``YYYY-MM-DD``)."""
+        return self.snapshots.path / self.snapshots.pattern.format(date=date)
+
+    @property
+    def output_tables(self) -> dict[str, Path]:
+        return {"table": self.table}
+
+
+def load_dimension_pipeline(file: Path, raw: dict[str, Any]) -> DimensionPipelineConfig:
+    """Validate the mapping of a ``kind: dimension`` YAML (called by ``cdc_lake.config.load_pipeline``)."""
+    r = Reader(file, raw)
+    r.check_known({"kind", "pipeline", "description", "owner", "tags", "schedule", "start_date",
+                   "retries", "snapshots", "keys", "scd", "schema", "table", "storage", "engine",
+                   "spark", "lock"})
+    name = r.str("pipeline", required=True) or ""
+    if not NAME_RE.match(name):
+        raise r.fail("pipeline", f"{name!r} must match {NAME_RE.pattern} (it becomes the DAG id)")
+    snaps = _snapshots(r)
+    keys = r.names("keys", non_empty=True)
+    if not keys:
+        raise r.fail("keys", "is required: the dimension's key columns, e.g. keys: [product_id]")
+    scd = r.raw.get("scd", 1)
+    if scd not in (1, 2):
+        raise r.fail("scd", f"expected 1 or 2, got {scd!r}")
+    schema = _schema(r, keys, scd)
+    table = r.path("table", required=True)
+    storage = r.section("storage")
+    storage.check_known({"state", "checkpoint", "runs"})
+    base = table.parent  # type: ignore[union-attr]
+    state = storage.path("state") or storage.path("checkpoint") or base / "_checkpoints" / name
+    eng = r.section("engine")
+    eng.check_known({"name", "delta_spark"})
+    ds = eng.section("delta_spark")
+    ds.check_known({"packages", "repositories", "jars_dir"})
+    spark = r.section("spark")
+    spark.check_known({"conf", "conn_id"})
+    spark_conf = spark.raw.get("conf") or {}
+    if not isinstance(spark_conf, dict):
+        raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
+    return DimensionPipelineConfig(
+        file=file,
+        name=name,
+        description=r.str("description", default="") or "",
+        owner=r.str("owner", default="data-engineering") or "data-engineering",
+        tags=r.names("tags", default=()) or (),
+        schedule=_schedule(r),
+        start_date=str(r.raw.get("start_date", "2026-01-01")),
+        retries=r.int("retries", default=2, minimum=0) or 0,
+        snapshots=snaps,
+        keys=keys,
+        scd=scd,
+        schema=schema,
+        table=table,  # type: ignore[arg-type]
+        checkpoint_path=state,
+        runs_path=storage.path("runs", default=base / "_runs"),  # type: ignore[arg-type]
+        engine=eng.choice("name", ENGINES, default="auto"),  # type: ignore[arg-type]
+        delta_spark=DeltaSparkSettings(
+            packages=ds.str("packages", default=DEFAULT_DELTA_PACKAGES) or DEFAULT_DELTA_PACKAGES,
+            repositories=ds.str("repositories"), jars_dir=ds.path("jars_dir")),
+        spark_conf={str(k): str(v) for k, v in spark_conf.items()},
+        spark_conn_id=spark.str("conn_id", default="spark_default") or "spark_default",
+        lock=parse_lock_settings(r),
+    )
+
+
+def _schedule(r: Reader) -> Schedule:
+    """Like the other kinds, plus ``{cron: "0 2 * * *"}``; asset schedules make no sense here
+    (the snapshot date comes from the run's logical date)."""
+    v = r.raw.get("schedule")
+    if isinstance(v, dict) and set(v) == {"cron"}:
+        r = Reader(r.file, {**r.raw, "schedule": v["cron"]}, r.prefix)
+    s = parse_schedule(r)
+    if s.kind == "assets":
+        raise r.fail("schedule", "a dimension refresh takes its snapshot date from the run's logical "
+                     "date; use a daily cron like {cron: \"0 2 * * *\"} or '@daily', not assets")
+    return s
+
+
+def _snapshots(r: Reader) -> SnapshotSource:
+    s = r.section("snapshots", required=True)
+    s.check_known({"path", "format", "pattern", "header", "delimiter"})
+    fmt = s.choice("format", SNAPSHOT_FORMATS, default="csv")
+    pattern = s.str("pattern", default="{date}." + fmt) or ""
+    if "{date}" not in pattern or pattern.replace("{date}", "").count("{") or "/" in pattern:
+        raise s.fail("pattern", f"{pattern!r} must contain {{date}} exactly once and no other "
+                     "placeholder or folder, e.g. \"{date}.csv\" (date = YYYY-MM-DD)")
+    delimiter = s.str("delimiter", default=",") or ","
+    if len(delimiter) != 1:
+        raise s.fail("delimiter", f"expected one character, got {delimiter!r}")
+    return SnapshotSource(path=s.path("path", required=True), format=fmt,  # type: ignore[arg-type]
+                          pattern=pattern, header=s.bool("header", default=True), delimiter=delimiter)
+
+
+def _schema(r: Reader, keys: tuple[str, ...], scd: int) -> dict[str, str] | None:
+    raw = r.raw.get("schema")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not raw:
+        raise r.fail("schema", f"expected a mapping column -> Spark type, got {raw!r}")
+    out: dict[str, str] = {}
+    for col, t in raw.items():
+        if not isinstance(t, str) or not _TYPE_RE.match(t.strip()):
+            raise r.fail(f"schema.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
+                         "int, bigint, string, decimal(10,2), date, timestamp")
+        out[str(col)] = t.strip().lower().replace(" ", "")
+    missing = [k for k in keys if k not in out]
+    if missing:
+        raise r.fail("schema", f"must include the key columns {missing}")
+    reserved = [c for c in out if c in SCD1_META + SCD2_META]
+    if reserved:
+        raise r.fail("schema", f"{reserved} are columns the refresh job maintains; rename them")
+    return out
+
+
+def parse_date(value: str, what: str = "--date") -> str:
+    """``YYYY-MM-DD`` checked to be a real date; raises ConfigError naming ``what``."""
+    from datetime import date
+
+    if not DATE_RE.match(value or ""):
+        raise ConfigError(what, "", f"expected a date YYYY-MM-DD, got {value!r}")
+    try:
+        date.fromisoformat(value)
+    except ValueError as e:
+        raise ConfigError(what, "", f"{value!r} is not a calendar date ({e})") from None
+    return value

@@ -1,0 +1,226 @@
+"""One enrichment run: lock, stream the fact changes (availableNow/once), write, summarize.
+
+Example::
+
+    from cdc_lake.config import load_pipeline
+    from cdc_lake.enrich.job import run_enrich
+    cfg = load_pipeline("pipelines/shop_order_lines.yaml")
+    summary = run_enrich(cfg, run_id="manual_1")
+    summary["parked"], summary["dimension_versions"]
+
+``reprocess=True`` resets this pipeline's checkpoint and output tables (enriched, pending,
+aggregates, manifest) and rebuilds them from the fact table's current snapshot, then follows
+the change feed from the next version: the recovery after an upstream rewrite
+(:class:`EnrichNeedsReprocess`, exit 3 from ``spark_jobs/enrich.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_lake.checkpoint import instance_id
+from cdc_lake.engines import Engine, select_engine
+from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
+from cdc_lake.locks import pipeline_lock
+from cdc_lake.runids import safe_run_id
+from cdc_lake.spark_session import build_session
+from cdc_lake.summary import record_summary
+
+START_FILE = "enrich_start.json"
+REPROCESS_MARK = "enrich_reprocess.json"
+MAX_FILE_AGE = "3650d"
+
+
+class EnrichNeedsReprocess(RuntimeError):
+    """The change feed cannot be followed (upstream rewritten, history removed): exit 3."""
+
+
+def _recovery(cfg: EnrichConfig) -> str:
+    return f"spark-submit spark_jobs/enrich.py --pipeline {cfg.file} --reprocess"
+
+
+def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine) -> DataFrame:
+    """The fact source as a streaming DataFrame (change feed rows, or deduplicated events)."""
+    f = cfg.fact
+    if f.kind == "events":
+        ev = f.events
+        assert ev is not None
+        df = (spark.readStream.schema(ev.ddl).option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
+              .option("maxFileAge", MAX_FILE_AGE).json(str(ev.path)))
+        return df.withWatermark(ev.time, ev.watermark).dropDuplicatesWithinWatermark([ev.id])
+    from cdc_lake.sources.change_feed import read_change_feed
+
+    start = _start_version(cfg)
+    return read_change_feed(spark, str(f.change_feed), engine=engine.name,
+                            max_versions_per_trigger=f.max_versions_per_trigger,
+                            max_rows_per_trigger=f.max_rows_per_trigger, starting_version=start,
+                            recovery=_recovery(cfg))
+
+
+def _start_version(cfg: EnrichConfig) -> int | None:
+    p = cfg.checkpoint_path / START_FILE
+    return int(json.loads(p.read_text(encoding="utf-8"))["starting_version"]) if p.is_file() else None
+
+
+def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: str | None = None,
+               reprocess: bool = False, batch_hook: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Process everything new in the fact source, then stop. Returns the run summary.
+
+    ``batch_hook(batch_id)`` (tests) runs after each batch's writes, before Spark's commit.
+
+    Raises:
+        PipelineLocked: another run holds this pipeline's lock (exit 75).
+        EnrichNeedsReprocess: upstream rewritten or change feed gone (exit 3).
+    """
+    run_id = safe_run_id(run_id or datetime.now(timezone.utc).strftime("run_%Y%m%dT%H%M%S_")
+                         + uuid.uuid4().hex[:6])
+    started_at = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    lock = pipeline_lock(cfg)
+    lock.acquire(run_id)
+    try:
+        stats = EnrichStats()
+        try:
+            spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
+            engine = select_engine(spark, cfg.engine)
+            if reprocess:
+                _reset(cfg, engine)
+            elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
+                raise EnrichNeedsReprocess(
+                    f"pipeline {cfg.name}: an earlier --reprocess did not finish; run it again: "
+                    f"{_recovery(cfg)}")
+            if reprocess:
+                _bootstrap(spark, cfg, engine, run_id, stats)
+            progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook)
+        except Exception as e:
+            record_summary(cfg.runs_path, cfg.name, {
+                "pipeline": cfg.name, "run_id": run_id, "status": "failed", "kind": "enrich",
+                "error": f"{type(e).__name__}: {str(e)[:2000]}",
+                "started_at": started_at.isoformat(timespec="seconds"),
+                "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+            raise
+        summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats,
+                           progress, reprocess)
+        record_summary(cfg.runs_path, cfg.name, summary)
+    finally:
+        lock.release()
+    return summary
+
+
+def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,
+                stats: EnrichStats, hook: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    writer = EnrichBatch(cfg, engine, instance=instance_id(cfg.checkpoint_path), run_id=run_id,
+                         stats=stats, hook=hook)
+    errors: list[BaseException] = []
+
+    def handler(df: DataFrame, batch_id: int) -> None:
+        try:
+            writer(df, batch_id)
+        except BaseException as e:  # keep the Python error: Spark wraps it in a Java one
+            errors.append(e)
+            raise
+
+    try:
+        source = fact_stream(spark, cfg, engine)  # may raise ChangeFeedUnavailable at once
+        ws = (source.writeStream.queryName(f"enrich_{cfg.name}_{uuid.uuid4().hex[:6]}")
+              .foreachBatch(handler).option("checkpointLocation", str(cfg.checkpoint_path)))
+        ws = ws.trigger(availableNow=True) if cfg.trigger == "available_now" else ws.trigger(once=True)
+        query = ws.start()
+        query.awaitTermination()
+    except Exception as e:
+        if errors:
+            raise errors[0] from None
+        if cfg.fact.kind == "change_feed":
+            _raise_unavailable(cfg, e)
+        raise
+    return [json.loads(p.json) for p in query.recentProgress]
+
+
+def _raise_unavailable(cfg: EnrichConfig, e: BaseException) -> None:
+    from cdc_lake.sources.errors import ChangeFeedUnavailable
+
+    cfu = ChangeFeedUnavailable.find_in(e)
+    if cfu is not None:
+        raise EnrichNeedsReprocess(
+            f"pipeline {cfg.name}: the change feed of table {cfu.table} is unavailable for "
+            f"versions {cfu.from_version}..{cfu.to_version}: {cfu.reason}. Nothing was written "
+            f"for those versions. Recover with: {_recovery(cfg)} (resets this pipeline's "
+            "checkpoint and outputs and rebuilds them from the current upstream snapshot)") from None
+
+
+def _reset(cfg: EnrichConfig, engine: Engine) -> None:
+    """Drop this pipeline's checkpoint (keeping the lock file) and output tables."""
+    cp = cfg.checkpoint_path
+    cp.mkdir(parents=True, exist_ok=True)
+    (cp / REPROCESS_MARK).write_text(json.dumps({"started_at": time.time()}), encoding="utf-8")
+    for child in cp.iterdir():
+        if child.name in ("cdc.lock", REPROCESS_MARK):
+            continue
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    o = cfg.outputs
+    for path in [o.enriched, o.pending, o.manifest, *[a.path for a in o.aggregates]]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _bootstrap(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,
+               stats: EnrichStats) -> None:
+    """Enrich the fact table's current snapshot as inserts; the stream then follows from v+1."""
+    cp = cfg.checkpoint_path
+    if cfg.fact.kind == "change_feed":
+        path = str(cfg.fact.change_feed)
+        version = engine.version(path)
+        if version is not None:
+            from cdc_lake.enrich.plan import read_at
+
+            snap = read_at(engine, path, version)
+            assert snap is not None
+            rows = snap.select("*", F.lit("insert").alias("_change_type"),
+                               F.lit(version).cast("bigint").alias("_commit_version"),
+                               F.lit(None).cast("timestamp").alias("_commit_timestamp"))
+            boot = EnrichBatch(cfg, engine, instance=f"{instance_id(cp)}-reprocess", run_id=run_id,
+                               stats=stats, plan_root=cp / "_reprocess")
+            boot(rows, 0)
+        (cp / START_FILE).write_text(json.dumps({"starting_version": (version or -1) + 1}),
+                                     encoding="utf-8")
+    shutil.rmtree(cp / "_reprocess", ignore_errors=True)
+    (cp / REPROCESS_MARK).unlink(missing_ok=True)
+
+
+def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetime, duration: float,
+             stats: EnrichStats, progress: list[dict[str, Any]], reprocess: bool) -> dict[str, Any]:
+    dropped = sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
+                  for p in progress for op in p.get("stateOperators", []))
+    pending = engine.read(str(cfg.outputs.pending))
+    dims = dict(stats.dimension_versions) or {d.name: engine.version(str(d.table))
+                                              for d in cfg.dimensions}
+    tables = {name: engine.version(str(path)) for name, path in cfg.output_tables.items()}
+    batch_ids = sorted(set(stats.batch_ids))
+    return {
+        "pipeline": cfg.name, "run_id": run_id, "status": "succeeded", "kind": "enrich",
+        "engine": engine.name, "trigger": cfg.trigger, "reprocess": reprocess,
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(duration, 3),
+        "batches": len(batch_ids), "batch_ids": batch_ids,
+        "facts_read": stats.facts_read, "enriched_upserted": stats.enriched_upserted,
+        "enriched_deleted": stats.enriched_deleted, "parked": stats.parked,
+        "released": stats.released, "released_unknown": stats.released_unknown,
+        "restated": stats.restated,
+        "pending_rows": pending.count() if pending is not None else 0,
+        "aggregate_rows_touched": stats.aggregate_rows_touched,
+        "dropped_by_watermark": dropped, "quarantined": stats.quarantined,
+        "dimension_versions": dims, "tables": tables,
+        "skipped_writes": stats.skipped_writes, "replayed_batches": stats.replayed_batches,
+        "batch_seconds": stats.batch_seconds, "checkpoint": str(cfg.checkpoint_path),
+    }

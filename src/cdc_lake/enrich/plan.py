@@ -1,0 +1,100 @@
+"""The batch plan: what a micro-batch read, fixed before its first write, so a replay is identical.
+
+A micro-batch writes several tables one after the other. If the driver dies between two writes,
+Spark replays the batch; the tables already written are skipped (their Delta transaction id says
+so) and the others must get exactly what the first attempt would have written. So everything
+a batch computes from is pinned in ``<checkpoint>/enrich_batches/<batch_id>.json`` before the
+first write: the batch start time (parking / wait decisions), the Delta version of each
+dimension, and the versions of the job's own enriched and pending tables it started from
+(the old aggregate contributions come from that enriched version). A replay reads exactly those
+versions (Delta time travel).
+
+Example::
+
+    plan = load_or_create_plan(checkpoint, batch_id, lambda: BatchPlan.now(versions))
+    df = read_at(engine, "/lake/gold/order_lines", plan.versions["enriched"])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from cdc_lake.engines import Engine
+
+PLANS_DIR = "enrich_batches"
+KEEP_PLANS = 50
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    batch_id: int
+    started_at: datetime  # UTC
+    versions: dict[str, int | None]  # "dim:<name>", "enriched", "pending" -> version or None
+
+    def to_json(self) -> str:
+        return json.dumps({"batch_id": self.batch_id, "started_at": self.started_at.isoformat(),
+                           "versions": self.versions}, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> BatchPlan:
+        d = json.loads(text)
+        return BatchPlan(int(d["batch_id"]), datetime.fromisoformat(d["started_at"]),
+                         {str(k): (None if v is None else int(v)) for k, v in d["versions"].items()})
+
+
+def load_or_create_plan(checkpoint: Path, batch_id: int,
+                        make: Callable[[], BatchPlan]) -> tuple[BatchPlan, bool]:
+    """The batch's plan (``replayed=True`` when an earlier attempt already pinned it)."""
+    folder = checkpoint / PLANS_DIR
+    f = folder / f"{batch_id}.json"
+    if f.is_file():
+        return BatchPlan.from_json(f.read_text(encoding="utf-8")), True
+    plan = make()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{batch_id}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp.write_text(plan.to_json(), encoding="utf-8")
+    os.replace(tmp, f)
+    _prune(folder, batch_id)
+    return plan, False
+
+
+def _prune(folder: Path, batch_id: int) -> None:
+    for p in folder.glob("*.json"):
+        try:
+            if int(p.stem) < batch_id - KEEP_PLANS:
+                p.unlink()
+        except (ValueError, OSError):
+            pass
+
+
+def read_at(engine: Engine, path: str, version: int | None) -> DataFrame | None:
+    """The table's snapshot at ``version`` (None: the table did not exist then)."""
+    if version is None:
+        return None
+    if engine.name == "delta-spark":
+        return engine.spark.read.format("delta").option("versionAsOf", version).load(path)
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(path, version=version)
+    schema = from_arrow_schema(pa.schema(dt.schema().to_arrow()), prefer_timestamp_ntz=False)
+    features = set(dt.protocol().reader_features or [])
+    if features & {"deletionVectors", "columnMapping"}:
+        return engine.spark.createDataFrame(dt.to_pyarrow_table())
+    files = dt.file_uris()
+    if not files:
+        return engine.spark.createDataFrame([], schema)
+    return engine.spark.read.schema(schema).parquet(*files)
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)

@@ -1,0 +1,277 @@
+"""``foreachBatch`` handler of the enrichment job: one micro-batch -> every output table, once.
+
+Per batch: pin the plan (dimension versions, batch start, own tables' versions; see
+:mod:`cdc_lake.enrich.plan`), normalize the fact changes (latest per key), join the new
+versions, the parked facts and the restatement candidates to the dimensions, decide each one's
+fate (:mod:`cdc_lake.enrich.pending`), then write in this order, each write idempotent per
+``Txn(f"enrich-{pipeline}-{instance}-{table}", batch_id)``: ``enriched``, ``pending``,
+``aggregate:<name>`` ..., ``quarantine``, ``manifest``. A replay after a crash skips the tables
+already committed and writes the rest from the same plan, so no aggregate counts twice.
+
+Example (what the streaming query calls; tests call it on static DataFrames too)::
+
+    batch = EnrichBatch(cfg, engine, instance="4f1c...", run_id="r1", stats=EnrichStats())
+    batch(change_feed_rows_df, 0)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (ArrayType, DataType, MapType, NullType, StructField,
+                               StructType)
+from pyspark.sql.window import Window
+
+from cdc_lake.cdc.batch_writer import CRASH_ENV, align
+from cdc_lake.engines import Engine, MergeSpec, Txn
+from cdc_lake.enrich import aggregate as agg_mod
+from cdc_lake.enrich import pending as pd
+from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.joins import SCD2_COLUMNS, DimensionFrame, check_dimension, join_dimensions
+from cdc_lake.enrich.plan import BatchPlan, load_or_create_plan, now_utc, read_at
+
+CF_META = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+@dataclass
+class EnrichStats:
+    batch_ids: list[int] = field(default_factory=list)
+    facts_read: int = 0
+    enriched_upserted: int = 0
+    enriched_deleted: int = 0
+    parked: int = 0
+    released: int = 0
+    released_unknown: int = 0
+    restated: int = 0
+    aggregate_rows_touched: int = 0
+    quarantined: int = 0
+    skipped_writes: int = 0
+    replayed_batches: int = 0
+    dimension_versions: dict[str, int | None] = field(default_factory=dict)
+    tables: dict[str, int | None] = field(default_factory=dict)
+    batch_seconds: list[float] = field(default_factory=list)
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        print(f"[enrich] fault injection: SIGKILL at {name}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _no_void(df: DataFrame) -> DataFrame:
+    """Columns of unknown type (a dimension with no table yet) become strings."""
+    return df.select(*[F.col(f"`{f.name}`").cast("string").alias(f.name)
+                       if isinstance(f.dataType, NullType) else F.col(f"`{f.name}`")
+                       for f in df.schema.fields])
+
+
+def _nullable(t: DataType) -> Any:
+    if isinstance(t, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in t.fields])
+    if isinstance(t, ArrayType):
+        return ArrayType(_nullable(t.elementType), True)
+    if isinstance(t, MapType):
+        return MapType(t.keyType, _nullable(t.valueType), True)
+    return t
+
+
+class EnrichBatch:
+    def __init__(self, cfg: EnrichConfig, engine: Engine, *, instance: str, run_id: str,
+                 stats: EnrichStats, hook: Callable[[int], None] | None = None,
+                 plan_root: Path | None = None) -> None:
+        self.cfg, self.engine, self.instance, self.run_id = cfg, engine, instance, run_id
+        self.stats, self.hook = stats, hook
+        self.plan_root = plan_root or cfg.checkpoint_path
+        self.keys = cfg.fact.keys
+        self.dim_outputs = [o for d in cfg.dimensions for o in d.outputs]
+
+    def txn(self, table: str, batch_id: int) -> Txn:
+        return Txn(f"enrich-{self.cfg.name}-{self.instance}-{table}", batch_id)
+
+    # -- plan -------------------------------------------------------------------------------
+    def _new_plan(self, batch_id: int) -> BatchPlan:
+        v: dict[str, int | None] = {f"dim:{d.name}": self.engine.version(str(d.table))
+                                    for d in self.cfg.dimensions}
+        v["enriched"] = self.engine.version(str(self.cfg.outputs.enriched))
+        v["pending"] = self.engine.version(str(self.cfg.outputs.pending))
+        return BatchPlan(batch_id, now_utc(), v)
+
+    def _dims(self, plan: BatchPlan) -> dict[str, DimensionFrame]:
+        frames = {}
+        for d in self.cfg.dimensions:
+            version = plan.versions.get(f"dim:{d.name}")
+            frame = DimensionFrame(d, read_at(self.engine, str(d.table), version), version)
+            check_dimension(frame, str(self.cfg.file))
+            frames[d.name] = frame
+        return frames
+
+    # -- input ------------------------------------------------------------------------------
+    def _normalize(self, batch: DataFrame, batch_id: int) -> DataFrame:
+        """Latest change per key: fact columns, ``_fact_version``, ``_is_delete``, ``_bad``."""
+        k = list(self.keys)
+        if self.cfg.fact.kind == "change_feed":
+            cols = [c for c in batch.columns if c not in CF_META and c not in SCD2_COLUMNS
+                    and not c.startswith("_cdc_")]
+            rows = batch.where(F.col("_change_type") != "update_preimage").select(
+                *[F.col(f"`{c}`") for c in cols],
+                F.col("_commit_version").cast("bigint").alias("_fact_version"),
+                (F.col("_change_type") == "delete").alias("_is_delete"))
+        else:
+            rows = batch.select("*", F.lit(batch_id).cast("bigint").alias("_fact_version"),
+                                F.lit(False).alias("_is_delete"))
+        missing = [c for c in k if c not in rows.columns]
+        if missing:
+            raise ValueError(f"{self.cfg.file}: fact.keys: {missing} are not columns of the fact "
+                             f"source {self.cfg.fact.label} ({sorted(rows.columns)})")
+        bad = F.lit(False)
+        for c in k:
+            bad = bad | F.col(f"`{c}`").isNull()
+        w = Window.partitionBy(*k).orderBy(
+            F.col("_fact_version").desc(), F.col("_is_delete").asc())
+        good = rows.where(~bad).withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn")
+        return good.withColumn("_bad", F.lit(False)).unionByName(
+            rows.where(bad).withColumn("_bad", F.lit(True)))
+
+    # -- the batch --------------------------------------------------------------------------
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        crash_point("enrich:batch_start")
+        plan, replayed = load_or_create_plan(self.plan_root, batch_id,
+                                             lambda: self._new_plan(batch_id))
+        self.stats.replayed_batches += int(replayed)
+        cached: list[DataFrame] = []
+        try:
+            self._process(batch, batch_id, plan, cached)
+        finally:
+            for df in cached:
+                df.unpersist()
+        self.stats.batch_ids.append(batch_id)
+        self.stats.batch_seconds.append(round(time.monotonic() - started, 3))
+        if self.hook is not None:
+            self.hook(batch_id)
+        crash_point("enrich:before_commit")
+
+    def _process(self, batch: DataFrame, batch_id: int, plan: BatchPlan,
+                 cached: list[DataFrame]) -> None:
+        cfg, k = self.cfg, list(self.keys)
+        frames = self._dims(plan)
+        dim_versions = {n: f.version for n, f in frames.items()}
+        self.stats.dimension_versions = dict(dim_versions)
+        enriched0 = read_at(self.engine, str(cfg.outputs.enriched), plan.versions.get("enriched"))
+        pending0 = read_at(self.engine, str(cfg.outputs.pending), plan.versions.get("pending"))
+        norm = self._normalize(batch, batch_id).persist()
+        cached.append(norm)
+        counts = {r["_bad"]: r["n"] for r in norm.groupBy("_bad").agg(F.count("*").alias("n")).collect()}
+        n_bad = counts.get(True, 0)
+        self.stats.facts_read += n_bad + counts.get(False, 0)
+        changes = norm.where(~F.col("_bad")).drop("_bad")
+        # Guard: a change not newer than the stored version of its fact changes nothing.
+        stored = [df.select(*k, "_fact_version") for df in (enriched0, pending0) if df is not None]
+        if stored:
+            s = stored[0] if len(stored) == 1 else stored[0].unionByName(stored[1])
+            s = s.groupBy(*k).agg(F.max("_fact_version").alias("_stored_version"))
+            changes = (changes.join(s, k, "left")
+                       .where(F.col("_stored_version").isNull()
+                              | (F.col("_fact_version") > F.col("_stored_version")))
+                       .drop("_stored_version"))
+        new_keys = changes.select(*k)
+        deletes = changes.where("_is_delete").drop("_is_delete")
+        ups = changes.where(~F.col("_is_delete")).drop("_is_delete")
+        cands = pd.candidates(ups, new_keys, pending0, enriched0, self.keys, set(self.dim_outputs))
+        all_fact_cols = [c for c in cands.columns if c not in
+                         ("_fact_version", "_parked_at", "_origin", "_prev_missing")]
+        joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
+        fated = pd.with_fate(joined, plan.started_at, cfg.late_wait).persist()
+        cached.append(fated)
+        fates = {r["_fate"]: r["n"] for r in fated.groupBy("_fate").agg(F.count("*").alias("n")).collect()}
+        self._count_fates(fates)
+
+        upserts = _no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, batch_id,
+                                               dim_versions))
+        dels = pd.enriched_deletes(fated, deletes, enriched0, self.keys)
+        self.stats.enriched_upserted += sum(fates.get(f, 0) for f in pd.RELEASED)
+        enriched_src = upserts if dels is None else upserts.unionByName(dels, allowMissingColumns=True)
+        enriched_src = enriched_src.persist()
+        cached.append(enriched_src)
+        if dels is not None:
+            self.stats.enriched_deleted += enriched_src.where("_enriched_batch IS NULL").count()
+
+        # 1. enriched
+        self._merge("enriched", cfg.outputs.enriched, enriched_src, MergeSpec(on=self.keys)
+                    .when_matched_delete("s._enriched_batch IS NULL")
+                    .when_matched_update_all("s._enriched_batch IS NOT NULL")
+                    .when_not_matched_insert_all("s._enriched_batch IS NOT NULL"), batch_id)
+        # 2. pending
+        pend_src = _no_void(pd.pending_changes(fated, deletes, pending0, self.keys, all_fact_cols))
+        self._merge("pending", cfg.outputs.pending, pend_src, MergeSpec(on=self.keys)
+                    .when_matched_delete("s._parked_at IS NULL")
+                    .when_matched_update_all("s._parked_at IS NOT NULL")
+                    .when_not_matched_insert_all("s._parked_at IS NOT NULL"), batch_id)
+        # 3. aggregates: old contribution = the enriched rows this batch replaces or deletes
+        old = None if enriched0 is None else enriched0.join(enriched_src.select(*k), k, "left_semi")
+        for a in cfg.outputs.aggregates:
+            agg_mod.check_columns(upserts, a, str(cfg.file))
+            deltas = agg_mod.aggregate_deltas(old, upserts, a, cfg.event_time)
+            target = self.engine.schema(str(a.path))
+            types = {f.name: f.dataType.simpleString() for f in target.fields} if target else {}
+            result = self._merge(f"aggregate:{a.name}", a.path, deltas,
+                                 agg_mod.merge_spec(a, types), batch_id)
+            self.stats.aggregate_rows_touched += result.inserted + result.updated + result.deleted
+        # 4. quarantine
+        if n_bad:
+            self.stats.quarantined += n_bad
+            q = norm.where("_bad").select(
+                F.lit(cfg.fact.label).alias("source_file"),
+                F.to_json(F.struct(*[F.col(f"`{c}`") for c in all_fact_cols if c in norm.columns]))
+                .alias("raw_line"),
+                F.lit(f"fact key {list(self.keys)} is null").alias("reason"),
+                F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
+                F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
+                F.current_timestamp().alias("quarantined_at"))
+            self._append("quarantine", cfg.outputs.quarantine, q, batch_id)
+        else:
+            crash_point("enrich:after:quarantine")
+        # 5. manifest
+        manifest = self.engine.spark.createDataFrame(
+            [(cfg.name, batch_id, self.run_id, plan.started_at, dim_versions,
+              plan.versions.get("enriched"), plan.versions.get("pending"))],
+            "pipeline string, batch_id bigint, run_id string, batch_started_at timestamp, "
+            "dimension_versions map<string,bigint>, enriched_version_before bigint, "
+            "pending_version_before bigint")
+        self._append("manifest", cfg.outputs.manifest, manifest, batch_id)
+        print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}", flush=True)
+
+    def _count_fates(self, fates: dict[str, int]) -> None:
+        s = self.stats
+        s.parked += fates.get("park", 0)
+        s.released += fates.get("release", 0)
+        s.released_unknown += fates.get("unknown", 0)
+        s.restated += fates.get("restate", 0)
+
+    def _merge(self, table: str, path: Any, source: DataFrame, spec: MergeSpec, batch_id: int) -> Any:
+        existing = self.engine.schema(str(path))
+        if existing is None:  # create it all-nullable: delete markers carry nulls
+            self.engine.create(str(path), _nullable(source.schema))
+            existing = self.engine.schema(str(path))
+        result = self.engine.merge(str(path), align(source, existing), spec,
+                                   txn=self.txn(table, batch_id))
+        self._done(table, result)
+        return result
+
+    def _append(self, table: str, path: Any, df: DataFrame, batch_id: int) -> None:
+        result = self.engine.append(str(path), df, txn=self.txn(table, batch_id))
+        self._done(table, result)
+
+    def _done(self, table: str, result: Any) -> None:
+        self.stats.skipped_writes += int(result.skipped)
+        if result.version is not None:
+            self.stats.tables[table] = result.version
+        crash_point(f"enrich:after:{table}")

@@ -1,0 +1,125 @@
+"""``read_change_feed``: a Delta table's change data feed as a streaming DataFrame.
+
+Columns: the table's columns (resolved when the query starts) + ``_change_type`` (``insert``,
+``update_preimage``, ``update_postimage``, ``delete``), ``_commit_version`` bigint,
+``_commit_timestamp`` timestamp. Two legs with the same output:
+
+* ``engine="deltalake"``: the Python Data Source ``cdc_lake_change_feed`` over delta-rs
+  ``DeltaTable.load_cdf`` (:mod:`cdc_lake.sources.cdf_datasource`); admission control by
+  versions and/or (estimated) rows per micro-batch; history that cannot be read incrementally
+  raises :class:`ChangeFeedUnavailable` on the driver.
+* ``engine="delta-spark"``: Delta's own ``readStream.format("delta").option("readChangeFeed",
+  "true")``; admission by ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``. Delta does not refuse
+  an overwrite in the range (it reads it as deletes + inserts); call
+  :func:`check_versions` on each micro-batch's version range to apply the same rule.
+
+Example::
+
+    df = read_change_feed(spark, "/lake/shop/order_items", engine="deltalake",
+                          max_versions_per_trigger=10)
+    q = df.writeStream.foreachBatch(handle).option("checkpointLocation", cp) \\
+        .trigger(availableNow=True).start()
+    try:
+        q.awaitTermination()
+    except Exception as exc:
+        cfu = ChangeFeedUnavailable.find_in(exc)   # exit 3 with str(cfu) if not None
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from cdc_lake.sources.cdf_datasource import NAME, ChangeFeedDataSource, table_schema
+from cdc_lake.sources.delta_log import DeltaLog
+from cdc_lake.sources.errors import DEFAULT_RECOVERY, ChangeFeedUnavailable
+
+__all__ = ["ChangeFeedUnavailable", "read_change_feed", "check_versions", "register", "NAME"]
+
+ENGINES = ("deltalake", "delta-spark")
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``cdc_lake_change_feed`` Python Data Source with this session (idempotent)."""
+    spark.dataSource.register(ChangeFeedDataSource)
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"read_change_feed: {name}: expected a positive integer or None, "
+                         f"got {value!r}")
+
+
+def read_change_feed(spark: SparkSession, path: str, *, engine: str,
+                     max_versions_per_trigger: int | None = None,
+                     max_rows_per_trigger: int | None = None,
+                     starting_version: int | None = None,
+                     max_files_per_trigger: int | None = None,
+                     max_bytes_per_trigger: str | int | None = None,
+                     recovery: str = DEFAULT_RECOVERY) -> DataFrame:
+    """Streaming DataFrame of the change feed of the Delta table at ``path``.
+
+    ``starting_version``: first version read (default 0: the whole history, the first write's
+    rows as inserts). A restarted query continues from its checkpoint instead. ``recovery``:
+    the command named in :class:`ChangeFeedUnavailable` messages.
+
+    deltalake: ``max_versions_per_trigger`` / ``max_rows_per_trigger`` bound each micro-batch
+    (whole versions; at least one per batch). delta-spark: ``max_files_per_trigger`` /
+    ``max_bytes_per_trigger`` (Delta's options); ``max_versions_per_trigger`` maps to
+    ``maxFilesPerTrigger`` (each version with data has at least one file, so a batch holds at
+    most that many versions); ``max_rows_per_trigger`` is refused (Delta has no row limit).
+    """
+    name = getattr(engine, "name", engine)
+    if name not in ENGINES:
+        raise ValueError(f"read_change_feed: engine: expected one of {', '.join(ENGINES)}, "
+                         f"got {engine!r}")
+    for key, value in (("max_versions_per_trigger", max_versions_per_trigger),
+                       ("max_rows_per_trigger", max_rows_per_trigger),
+                       ("max_files_per_trigger", max_files_per_trigger)):
+        _positive(key, value)
+    if starting_version is not None and (not isinstance(starting_version, int) or starting_version < 0):
+        raise ValueError(f"read_change_feed: starting_version: expected an integer >= 0 or "
+                         f"None, got {starting_version!r}")
+    if name == "deltalake":
+        table_schema(path)  # fails here, in the caller, if there is no table
+        register(spark)
+        options: dict[str, Any] = {"path": path, "recovery": recovery,
+                                   "starting_version": starting_version,
+                                   "max_versions_per_trigger": max_versions_per_trigger,
+                                   "max_rows_per_trigger": max_rows_per_trigger}
+        reader = spark.readStream.format(NAME)
+        for k, v in options.items():
+            if v is not None:
+                reader = reader.option(k, str(v))
+        return reader.load()
+    return _delta_spark(spark, path, starting_version, max_versions_per_trigger,
+                        max_rows_per_trigger, max_files_per_trigger, max_bytes_per_trigger)
+
+
+def _delta_spark(spark: SparkSession, path: str, starting_version: int | None,
+                 max_versions: int | None, max_rows: int | None, max_files: int | None,
+                 max_bytes: str | int | None) -> DataFrame:
+    if max_rows is not None:
+        raise ValueError("read_change_feed: max_rows_per_trigger is not supported by engine "
+                         "delta-spark (Delta admits by files/bytes); use max_versions_per_trigger"
+                         " or max_files_per_trigger / max_bytes_per_trigger")
+    reader = (spark.readStream.format("delta").option("readChangeFeed", "true")
+              .option("startingVersion", str(starting_version if starting_version is not None else 0)))
+    files = max_files if max_files is not None else max_versions
+    if files is not None:
+        reader = reader.option("maxFilesPerTrigger", str(files))
+    if max_bytes is not None:
+        reader = reader.option("maxBytesPerTrigger", str(max_bytes))
+    return reader.load(path)
+
+
+def check_versions(path: str, first: int, last: int, *, recovery: str = DEFAULT_RECOVERY) -> None:
+    """Raise :class:`ChangeFeedUnavailable` if versions ``first..last`` of ``path`` contain a
+    rewrite without change data, removed history, or change data feed switched off.
+
+    The deltalake leg does this itself; for delta-spark call it from ``foreachBatch`` with the
+    batch's ``min/max(_commit_version)``.
+    """
+    log = DeltaLog(path, recovery)
+    log.check(first, last, table_id=None, cdf_enabled_before=log.cdf_enabled_at(first - 1))

@@ -1,0 +1,48 @@
+"""Tiny hand-written Maxwell pipelines for the job tests (test_job_*.py, test_full_refresh.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cdc_lake.config import load_pipeline
+
+YAML = """pipeline: {name}
+source: {{format: maxwell, path: landing, database: shop}}
+storage: {{root: {root}}}
+engine: {{name: deltalake}}
+tables:
+  orders: {{keys: [id]}}
+  customers: {{keys: [id]}}
+{extra}"""
+
+
+def event(i: int, table: str = "orders", typ: str = "insert", **data: Any) -> str:
+    """One Maxwell line; ``i`` orders it (binlog position) and is the default key."""
+    row = {"id": i, "status": f"s{i}", **data}
+    return json.dumps({"database": "shop", "table": table, "type": typ, "ts": 1795000000 + i,
+                       "xid": 100 + i, "xoffset": 0, "position": f"mysql-bin.000001:{1000 + i}",
+                       "data": row})
+
+
+def land(landing: Path, name: str, *lines: str) -> Path:
+    tmp = landing / f".{name}.tmp"
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, landing / name)
+    return landing / name
+
+
+def pipeline(tmp_path: Path, name: str = "jobtest", root: str = "lake", extra: str = "",
+             yaml_name: str = "p.yaml"):  # type: ignore[no-untyped-def]
+    (tmp_path / "landing").mkdir(exist_ok=True)
+    p = tmp_path / yaml_name
+    p.write_text(YAML.format(name=name, root=root, extra=extra), encoding="utf-8")
+    return load_pipeline(p)
+
+
+def rows(path: Path) -> dict[int, Any]:
+    from deltalake import DeltaTable
+
+    return {r["id"]: r.get("status") for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}

@@ -1,0 +1,25 @@
+"""``make bench --quick`` as a CI smoke test: the benchmark harness runs end to end on tiny data
+and writes its report, plots and JSON. Nothing about the timings is asserted (issue 9)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), "--quick", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = (tmp_path / "benchmarks.md").read_text()
+    for case in ("small increment", "large batch", "flat cost", "peer"):
+        assert f"| {case} |" in report
+    assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
+    assert (tmp_path / "img" / "bench-ratios.png").stat().st_size > 1000
+    res = json.loads((tmp_path / "bench.json").read_text())
+    assert res["large"]["events"] == 4000 and len(res["flat"]["run_s"]) == 5
+    assert res["small"]["median_count_s"] > 0 and res["large"]["median_scan_s"] > 0

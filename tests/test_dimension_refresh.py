@@ -1,0 +1,260 @@
+"""Dimension refresh (``kind: dimension``, issue 7): daily full snapshots -> a Delta dimension.
+
+Truth is computed independently in plain Python from the snapshot rows the test generates
+(:func:`expect_scd1` / :func:`expect_scd2`, no import from ``cdc_lake.dimensions``) and compared
+with the table read back through delta-rs (not Spark). Random histories use ``random.Random``
+with a fresh seed per run, printed in every assertion message; ``DIM_SEED=<n>`` replays one.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+from datetime import date as Date
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from cdc_lake.config import ConfigError, load_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+SLOW = os.environ.get("CDC_SLOW") == "1"
+DAY0 = Date(2026, 1, 1)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _yaml(tmp: Path, *, scd: int, fmt: str, engine: str, schema: bool, extra: str = "") -> Path:
+    f = tmp / "dim.yaml"
+    schema_line = "schema: {product_id: int, category: string}\n" if schema else ""
+    f.write_text(
+        "kind: dimension\npipeline: product_categories\nschedule: {cron: \"0 2 * * *\"}\n"
+        f"snapshots: {{path: snaps, format: {fmt}}}\nkeys: [product_id]\nscd: {scd}\n"
+        f"{schema_line}table: lake/dims/product_categories\nengine: {{name: {engine}}}\n{extra}",
+        encoding="utf-8")
+    return f
+
+
+def _write_snapshot(folder: Path, fmt: str, day: Date, rows: dict[int, dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    cols = ["product_id", *sorted({c for r in rows.values() for c in r})]
+    if fmt == "csv":
+        with open(folder / f"{day.isoformat()}.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(cols)
+            for k in sorted(rows):
+                w.writerow([k, *[rows[k].get(c, "") for c in cols[1:]]])
+    else:
+        data = {"product_id": pa.array(sorted(rows), pa.int64())}
+        for c in cols[1:]:
+            data[c] = pa.array([rows[k].get(c) for k in sorted(rows)], pa.string())
+        pq.write_table(pa.table(data), folder / f"{day.isoformat()}.parquet")
+
+
+def random_snapshots(rng: random.Random, days: int, *, drift_day: int | None) -> list[dict[int, dict]]:
+    """Per day a full snapshot {product_id: {column: value}}: inserts, changes, deletes, re-appearances,
+    unicode; from ``drift_day`` on a new column ``tier`` (sometimes NULL)."""
+    cats = ["toys", "books", "garden", "Küche", "électronique", "食品"]
+    cur = {k: {"category": rng.choice(cats)} for k in range(1, rng.randint(4, 9))}
+    out = []
+    for d in range(days):
+        nxt = {k: dict(v) for k, v in cur.items()}
+        for k in list(nxt):
+            r = rng.random()
+            if r < 0.2:
+                del nxt[k]
+            elif r < 0.5:
+                nxt[k]["category"] = rng.choice(cats)
+        for k in rng.sample(range(1, 14), rng.randint(0, 3)):
+            nxt.setdefault(k, {"category": rng.choice(cats)})
+        if drift_day is not None and d >= drift_day:
+            for v in nxt.values():
+                v.setdefault("tier", rng.choice(["gold", "silver", None]))
+                if rng.random() < 0.3:
+                    v["tier"] = rng.choice(["gold", "silver", None])
+        out.append(nxt if d else cur)
+        cur = nxt
+    return out
+
+
+# --------------------------------------------------------------------------- independent truth
+
+
+def _eff(applied: list[tuple[Date, dict[int, dict]]]) -> list[tuple[Date, dict[int, dict]]]:
+    """The refreshes that take effect: strictly increasing dates (older and repeats change nothing)."""
+    out: list[tuple[Date, dict[int, dict]]] = []
+    for day, snap in applied:
+        if not out or day > out[-1][0]:
+            out.append((day, snap))
+    return out
+
+
+def _norm(v: dict, cols: list[str]) -> tuple:
+    return tuple(v.get(c) or None for c in cols)  # CSV: empty cell = NULL
+
+
+def expect_scd1(applied, cols):  # type: ignore[no-untyped-def]
+    """{key: (attrs..., date the row last changed)}"""
+    table: dict[int, tuple] = {}
+    for day, snap in _eff(applied):
+        new = {}
+        for k, v in snap.items():
+            attrs = _norm(v, cols)
+            old = table.get(k)
+            new[k] = old if old is not None and old[:-1] == attrs else (*attrs, day)
+        table = new
+    return table
+
+
+def expect_scd2(applied, cols):  # type: ignore[no-untyped-def]
+    """set of (key, attrs..., valid_from, valid_to|None, is_current)"""
+    def ts(d: Date) -> datetime:
+        return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+
+    closed: set[tuple] = set()
+    current: dict[int, tuple] = {}  # key -> (attrs, valid_from)
+    for day, snap in _eff(applied):
+        for k in list(current):
+            attrs, since = current[k]
+            if k not in snap or _norm(snap[k], cols) != attrs:
+                closed.add((k, *attrs, since, ts(day), False))
+                del current[k]
+        for k, v in snap.items():
+            if k not in current:
+                current[k] = (_norm(v, cols), ts(day))
+    return closed | {(k, *a, since, None, True) for k, (a, since) in current.items()}
+
+
+def table_rows(path: Path, scd: int, cols: list[str]):  # type: ignore[no-untyped-def]
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    if scd == 1:
+        return {r["product_id"]: (*[r.get(c) for c in cols], r["_snapshot_date"]) for r in rows}
+    return {(r["product_id"], *[r.get(c) for c in cols], r["_valid_from"], r["_valid_to"],
+             r["_is_current"]) for r in rows}
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("scd,fmt", [(1, "csv"), (2, "parquet")])
+def test_random_history_matches_independent_model(spark, engine_name, tmp_path, scd, fmt):
+    """Insert/update/delete (SCD1) or close (SCD2), idempotent per date, no rollback by an older
+    date, a new snapshot column flows through (parquet, no explicit schema), CDF on."""
+    from cdc_lake.dimensions.refresh import run_refresh
+
+    seed = int(os.environ.get("DIM_SEED", random.randrange(10**6)))
+    rng = random.Random(seed)
+    days = 6 if SLOW else 4
+    drift = 2 if fmt == "parquet" else None
+    snaps = random_snapshots(rng, days, drift_day=drift)
+    cfg = load_pipeline(_yaml(tmp_path, scd=scd, fmt=fmt, engine=engine_name, schema=fmt == "csv"))
+    for d, snap in enumerate(snaps):
+        _write_snapshot(cfg.snapshots.path, fmt, DAY0 + timedelta(d), snap)
+    # apply order: forwards, with an older date and a repeated date mixed in (a backfill racing
+    # the schedule), and one date skipped
+    order = [0, 1, 0, 1, *range(2, days)]
+    order.remove(days - 2) if days > 4 else None
+    cols = ["category"] + (["tier"] if drift is not None else [])
+    applied: list[tuple[Date, dict]] = []
+    for i, d in enumerate(order):
+        day = DAY0 + timedelta(d)
+        before = DeltaTable(str(cfg.table)).version() if cfg.table.exists() else None
+        s = run_refresh(cfg, date=day.isoformat(), spark=spark, run_id=f"r{i}")
+        applied.append((day, snaps[d]))
+        ctx = f"seed={seed} step {i} date {day} order {order} summary {s}"
+        newest = max(a for a, _ in applied[:-1]) if applied[:-1] else None
+        if newest is not None and day < newest:
+            assert s["status"] == "skipped_older_date", ctx
+            assert DeltaTable(str(cfg.table)).version() == before, ctx
+        elif newest == day:
+            assert s["status"] == "already_applied" and s["skipped_writes"] == 1, ctx
+            assert DeltaTable(str(cfg.table)).version() == before, ctx
+        else:
+            assert s["status"] == "succeeded", ctx
+        assert s["last_applied_date"] == max(a for a, _ in applied).isoformat(), ctx
+        want = expect_scd1(applied, cols) if scd == 1 else expect_scd2(applied, cols)
+        got = table_rows(cfg.table, scd, cols)
+        assert got == want, ctx
+    dt = DeltaTable(str(cfg.table))
+    assert dt.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
+    assert dt.transaction_version("dimension-product_categories") == int(
+        max(a for a, _ in applied).strftime("%Y%m%d"))
+    if scd == 2:
+        cur = [r for r in dt.to_pyarrow_table().to_pylist() if r["_is_current"]]
+        assert len(cur) == len({r["product_id"] for r in cur}), f"seed={seed}: one current row per key"
+
+
+def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
+    """66 missing snapshot (names the expected path), 3 invalid snapshot, 2 bad date/config,
+    75 locked; a snapshot that lost a table column is refused instead of keeping stale values."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dimension_refresh", REPO / "spark_jobs" / "dimension_refresh.py")
+    job = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(job)  # type: ignore[union-attr]
+    yaml = _yaml(tmp_path, scd=1, fmt="csv", engine="deltalake", schema=False)
+    snaps = tmp_path / "snaps"
+
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 66
+    err = capsys.readouterr().err
+    assert "SNAPSHOT MISSING" in err and str(snaps / "2026-01-01.csv") in err, err
+
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-13-01"]) == 2
+    assert "2026-13-01" in capsys.readouterr().err
+
+    _write_snapshot(snaps, "csv", DAY0, {1: {"category": "a", "brand": "x"}, 2: {"category": "b", "brand": "y"}})
+    (snaps / "2026-01-02.csv").write_text("product_id,category,brand\n1,a,x\n1,b,y\n", encoding="utf-8")
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01", "--run-id", "ok"]) == 0
+    out = capsys.readouterr().out
+    assert "CDC_RUN_SUMMARY" in out and '"status": "succeeded"' in out
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-02"]) == 3
+    assert "duplicate keys" in capsys.readouterr().err
+
+    (snaps / "2026-01-03.csv").write_text("product_id,category\n1,a\n", encoding="utf-8")
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-03"]) == 3
+    err = capsys.readouterr().err
+    assert "['brand']" in err and "missing from the snapshot" in err, err
+
+    cfg = load_pipeline(yaml)
+    from cdc_lake.locks import pipeline_lock
+
+    with pipeline_lock(cfg) as lock:
+        lock.acquire("holder_run")
+        assert job.main(["--pipeline", str(yaml), "--date", "2026-01-03"]) == 75
+        assert "holder_run" in capsys.readouterr().err
+    assert {r["product_id"]: r["category"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()} \
+        == {1: "a", 2: "b"}, "refused runs changed nothing"
+
+
+@pytest.mark.parametrize("patch,key,words", [
+    ({"schedule": "{assets: [file:///x]}"}, "schedule", "logical date"),
+    ({"snapshots": "{path: s, format: csv, pattern: \"snap.csv\"}"}, "snapshots.pattern", "{date}"),
+    ({"snapshots": "{path: s, format: xlsx}"}, "snapshots.format", "csv, parquet"),
+    ({"schema": "{category: string}"}, "schema", "key columns"),
+    ({"scd": "3"}, "scd", "1 or 2"),
+    ({"keys": "[]"}, "keys", "empty"),
+    ({"colour": "red"}, "colour", "unknown key"),
+])
+def test_config_errors_name_file_key_and_fix(tmp_path, patch, key, words):
+    base = {"kind": "dimension", "pipeline": "pc", "schedule": "\"@daily\"",
+            "snapshots": "{path: s, format: csv}", "keys": "[product_id]", "table": "t"}
+    base.update(patch)
+    f = tmp_path / "bad.yaml"
+    f.write_text("".join(f"{k}: {v}\n" for k, v in base.items()), encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(f)
+    assert e.value.key == key and words in str(e.value) and str(f) in str(e.value), str(e.value)
+
+
+def test_cron_mapping_schedule_and_defaults(tmp_path):
+    cfg = load_pipeline(_yaml(tmp_path, scd=2, fmt="parquet", engine="auto", schema=False))
+    assert cfg.kind == "dimension" and cfg.schedule.kind == "cron" and cfg.schedule.cron == "0 2 * * *"
+    assert cfg.snapshot_file("2026-01-02") == tmp_path / "snaps" / "2026-01-02.parquet"
+    assert cfg.checkpoint_path == tmp_path / "lake" / "dims" / "_checkpoints" / "product_categories"
+    assert cfg.runs_path == tmp_path / "lake" / "dims" / "_runs"

@@ -1,0 +1,322 @@
+"""DAGs of the enrichment and dimension-refresh kinds (issue 7, Airflow): parse, schedules,
+Asset URIs equal to the CDC DAGs' outlets (lineage), task arguments, exit-code mapping.
+
+No live Airflow: the DAGs are built by the same factory the DAG file uses; the operators run
+against a recording stand-in for the ``spark-submit`` binary (like tests/test_dag_e2e.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from airflow.sdk import AssetAny, AssetOrTimeSchedule
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from cdc_lake.airflow.dag_factory import build_dags, check_pipeline_configs
+from cdc_lake.airflow.operator import table_asset
+from cdc_lake.config import load_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+
+CDC = """\
+pipeline: shop
+source: {format: maxwell, path: landing/shop}
+storage: {root: lake/shop}
+tables:
+  orders: {keys: [id]}
+  order_items: {keys: [order_id, line_no]}
+  products: {keys: [id]}
+"""
+DIMENSION = """\
+kind: dimension
+pipeline: product_categories
+schedule: {cron: "0 2 * * *"}
+snapshots: {path: snapshots/product_categories, format: csv}
+keys: [product_id]
+schema: {product_id: int, category: string}
+table: lake/dims/product_categories
+"""
+ENRICH = """\
+kind: enrich
+pipeline: order_lines
+schedule: SCHEDULE
+fact:
+  change_feed: lake/shop/order_items
+  keys: [order_id, line_no]
+dimensions:
+  orders: {table: lake/shop/orders, keys: [id], scd: 1, on: {order_id: id}, columns: {order_time: created_at}}
+  products: {table: lake/shop/products, keys: [id], scd: 1, on: {product_id: id}, columns: {product_name: name}}
+  categories: {table: lake/dims/product_categories, keys: [product_id], scd: 1,
+               on: {product_id: product_id}, columns: {category: category}}
+event_time: order_time
+outputs:
+  enriched: lake/gold/order_lines
+  pending: lake/gold/_pending/order_lines
+  quarantine: lake/gold/_quarantine
+  aggregates:
+    revenue_by_category_day: {path: lake/gold/revenue_by_category_day, group_by: [category],
+                              time_bucket: day, sums: {units: "qty"}}
+"""
+
+
+def _enrich_kind_available() -> str | None:
+    try:
+        import cdc_lake.enrich.config  # noqa: F401
+    except ImportError as e:
+        return f"cdc_lake.enrich.config not importable ({e}); the enrich DAG tests did not run"
+    return None
+
+
+needs_enrich = pytest.mark.skipif(_enrich_kind_available() is not None,
+                                  reason=str(_enrich_kind_available()))
+
+
+def _folder(tmp: Path, schedule: str = "{assets: [lake/shop/order_items, lake/dims/product_categories]}",
+            enrich: bool = True) -> Path:
+    d = tmp / "pipelines"
+    d.mkdir(exist_ok=True)
+    (d / "shop.yaml").write_text(CDC)
+    (d / "product_categories.yaml").write_text(DIMENSION)
+    if enrich:
+        (d / "order_lines.yaml").write_text(ENRICH.replace("SCHEDULE", schedule))
+    return d
+
+
+def _uris(assets) -> set[str]:  # type: ignore[no-untyped-def]
+    return {a.uri for a in assets}
+
+
+@needs_enrich
+def test_enrich_dag_on_upstream_assets_connects_lineage(tmp_path):
+    folder = _folder(tmp_path)
+    check_pipeline_configs(folder)
+    dags = build_dags(folder)
+    assert set(dags) == {"shop", "product_categories", "order_lines"}
+    enrich, cdc, dim = dags["order_lines"], dags["shop"], dags["product_categories"]
+    cond = enrich.timetable.asset_condition
+    assert isinstance(cond, AssetAny), "any upstream update triggers the run"
+    upstream = {a.uri for a in cond.objects}
+    # the very URIs the producers emit: CDC table outlets and the dimension table outlet
+    produced = _uris(cdc.task_dict["ingest"].outlets) | _uris(dim.task_dict["refresh"].outlets)
+    assert upstream == {table_asset(folder / "lake/shop/order_items").uri,
+                        table_asset(folder / "lake/dims/product_categories").uri}
+    assert upstream <= produced
+    task = enrich.task_dict["enrich"]
+    assert _uris(task.outlets) == {table_asset(folder / p).uri for p in (
+        "lake/gold/order_lines", "lake/gold/_pending/order_lines", "lake/gold/_quarantine",
+        "lake/gold/revenue_by_category_day")}
+    assert task.application == str(REPO / "spark_jobs" / "enrich.py")
+    assert task.application_args == ["--pipeline", str(folder / "order_lines.yaml"), "--run-id", "{{ run_id }}"]
+    assert enrich.max_active_runs == 1 and enrich.catchup is False
+    assert set(enrich.params) == {"reprocess"}
+    assert "enrich" in enrich.tags and "cdc-lake" in enrich.tags
+
+
+@needs_enrich
+@pytest.mark.parametrize("schedule,kind,detail", [
+    ("{every: 30m}", "delta", timedelta(minutes=30)),
+    ("\"15 * * * *\"", "cron", "15 * * * *"),
+    ("{assets: [lake/shop/order_items], every: 30m}", "both-delta", timedelta(minutes=30)),
+    ("{assets: [\"file:///elsewhere/t\"], cron: \"0 * * * *\"}", "both-cron", "0 * * * *"),
+])
+def test_enrich_dag_on_time_or_both(tmp_path, schedule, kind, detail):
+    folder = _folder(tmp_path, schedule)
+    check_pipeline_configs(folder)
+    dag = build_dags(folder)["order_lines"]
+    tt = dag.timetable
+    if kind.startswith("both"):
+        assert isinstance(tt, AssetOrTimeSchedule)
+        inner = tt.timetable
+        uris = {a.uri for a in tt.asset_condition.objects}
+        assert uris == ({table_asset(folder / "lake/shop/order_items").uri} if kind == "both-delta"
+                        else {"file:///elsewhere/t"})
+        assert (inner.delta if kind.endswith("delta") else inner.expression) == detail
+    else:
+        assert dag.schedule == detail
+
+
+def test_dimension_dag_daily_in_order_one_at_a_time(tmp_path):
+    folder = _folder(tmp_path, enrich=False)
+    check_pipeline_configs(folder)
+    dag = build_dags(folder)["product_categories"]
+    assert dag.schedule == "0 2 * * *"
+    assert dag.max_active_runs == 1 and dag.catchup is False and dag.params == {} or not dict(dag.params)
+    task = dag.task_dict["refresh"]
+    assert task.depends_on_past is True, "a backfill applies dates in order, one after the other"
+    assert task.application == str(REPO / "spark_jobs" / "dimension_refresh.py")
+    rendered = task.render_template(task.application_args, {"ds": "2026-01-02", "run_id": "backfill__x"})
+    assert rendered == ["--pipeline", str(folder / "product_categories.yaml"), "--date", "2026-01-02",
+                        "--run-id", "backfill__x"]
+    assert _uris(task.outlets) == {table_asset(folder / "lake/dims/product_categories").uri}
+
+
+def test_dimension_schedule_on_assets_is_refused(tmp_path):
+    folder = _folder(tmp_path, enrich=False)
+    (folder / "product_categories.yaml").write_text(DIMENSION.replace(
+        'schedule: {cron: "0 2 * * *"}', "schedule: {assets: [lake/shop/orders]}"))
+    with pytest.raises(Exception) as e:
+        check_pipeline_configs(folder)
+    assert "product_categories.yaml: schedule:" in str(e.value) and "logical date" in str(e.value)
+
+
+# --------------------------------------------------------------------------- exit codes
+
+FAKE = f"""\
+#!{sys.executable}
+import json, os, sys
+sys.path.insert(0, {str(REPO / 'src')!r})
+from cdc_lake.config import load_pipeline
+from cdc_lake.runids import run_summary_path, safe_run_id
+argv = sys.argv[1:]
+open(os.environ["FAKE_SPARK_LOG"], "a").write(json.dumps(argv) + "\\n")
+app = argv[next(i for i, a in enumerate(argv) if a.endswith(".py")) + 1:]
+code = int(os.environ.get("FAKE_SPARK_EXIT", "0"))
+if code == 75:
+    print("[x] PIPELINE LOCKED: locked by another run ({{\\"pid\\": 4242, \\"run_id\\": \\"holder\\"}})")
+elif code:
+    print(f"[x] failing with {{code}}")
+else:
+    cfg = load_pipeline(app[app.index("--pipeline") + 1])
+    run_id = app[app.index("--run-id") + 1]
+    s = {{"pipeline": cfg.name, "run_id": safe_run_id(run_id), "status": "succeeded", "args": app,
+         "tables": {{"table": {{"delta_version": 4, "inserted": 2}}}}}}
+    p = run_summary_path(cfg.runs_path, cfg.name, run_id)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(s))
+sys.exit(code)
+"""
+
+
+@pytest.fixture
+def fake_spark(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    (bin_dir / "spark-submit").write_text(FAKE)
+    (bin_dir / "spark-submit").chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SPARK_LOG", str(log))
+    return lambda: [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+
+
+def _run(op, **ctx):  # type: ignore[no-untyped-def]
+    context = {"params": {}, "run_id": "scheduled__2026-01-02T02:00:00+00:00", "ds": "2026-01-02", **ctx}
+    op.application_args = op.render_template(op.application_args, context)
+    return op.execute(context)
+
+
+@pytest.mark.parametrize("code,outcome", [
+    (0, "ok"), (75, AirflowException), (2, AirflowFailException), (3, AirflowFailException),
+    (66, AirflowException), (1, AirflowException)])
+def test_dimension_exit_codes(tmp_path, monkeypatch, fake_spark, code, outcome):
+    from cdc_lake.airflow.enrich_operator import DimensionRefreshOperator
+
+    monkeypatch.setenv("FAKE_SPARK_EXIT", str(code))
+    cfg = load_pipeline(_folder(tmp_path, enrich=False) / "product_categories.yaml")
+    op = DimensionRefreshOperator(task_id="refresh", pipeline=cfg)
+    if outcome == "ok":
+        summary = _run(op)
+        assert summary["status"] == "succeeded"
+        assert summary["args"] == ["--pipeline", str(cfg.file), "--date", "2026-01-02", "--run-id",
+                                   "scheduled__2026-01-02T02:00:00+00:00"]
+        return
+    with pytest.raises(outcome) as e:
+        _run(op)
+    # 75 must NOT skip (a skipped date would let later dates run and this one be lost)
+    assert not isinstance(e.value, AirflowSkipException)
+    assert type(e.value) is outcome, (code, type(e.value))
+    if code == 75:
+        assert "holder" in str(e.value) and "retries" in str(e.value)
+    if code == 66:
+        assert "not there yet" in str(e.value)
+
+
+@needs_enrich
+@pytest.mark.parametrize("code,outcome", [
+    (75, AirflowSkipException), (2, AirflowFailException), (3, AirflowFailException), (1, AirflowException)])
+def test_enrich_exit_codes(tmp_path, monkeypatch, fake_spark, code, outcome):
+    from cdc_lake.airflow.enrich_operator import EnrichSparkSubmitOperator
+
+    monkeypatch.setenv("FAKE_SPARK_EXIT", str(code))
+    cfg = load_pipeline(_folder(tmp_path) / "order_lines.yaml")
+    with pytest.raises(outcome) as e:
+        _run(EnrichSparkSubmitOperator(task_id="enrich", pipeline=cfg))
+    assert type(e.value) is outcome
+    if code == 3:
+        assert "--reprocess" in str(e.value)
+
+
+@needs_enrich
+def test_enrich_reprocess_param_and_unknown_conf(tmp_path, monkeypatch, fake_spark):
+    from types import SimpleNamespace
+
+    from cdc_lake.airflow.enrich_operator import EnrichSparkSubmitOperator
+
+    cfg = load_pipeline(_folder(tmp_path) / "order_lines.yaml")
+    summary = _run(EnrichSparkSubmitOperator(task_id="enrich", pipeline=cfg), params={"reprocess": True},
+                   dag_run=SimpleNamespace(conf={"reprocess": True}))
+    assert summary["args"][-1] == "--reprocess"
+    with pytest.raises(AirflowFailException) as e:
+        _run(EnrichSparkSubmitOperator(task_id="enrich", pipeline=cfg),
+             dag_run=SimpleNamespace(conf={"reproces": True}))
+    assert "reproces" in str(e.value) and "reprocess" in str(e.value)
+    assert len(fake_spark()) == 1, "the refused run never started spark-submit"
+
+
+# --------------------------------------------------------------------------- plugin view
+
+
+@needs_enrich
+def test_plugin_view_shows_pending_size_oldest_parked_dim_versions_and_last_applied_date(tmp_path):
+    """Real Delta tables written with delta-rs; truth = the rows the test wrote."""
+    from datetime import datetime, timezone
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from cdc_lake.airflow.plugin_app import render_html
+    from cdc_lake.airflow.status import collect_status
+
+    folder = _folder(tmp_path)
+    enrich, dim = load_pipeline(folder / "order_lines.yaml"), load_pipeline(folder / "product_categories.yaml")
+    parked = [datetime(2026, 1, 2, 9, 30, tzinfo=timezone.utc), datetime(2026, 1, 1, 23, 5, tzinfo=timezone.utc),
+              datetime(2026, 1, 3, 0, 0, tzinfo=timezone.utc)]
+    for chunk in (parked[:2], parked[2:]):  # two commits, two files
+        write_deltalake(str(enrich.outputs.pending), pa.table({
+            "order_id": pa.array(range(len(chunk)), pa.int64()),
+            "_parked_at": pa.array(chunk, pa.timestamp("us", tz="UTC")),
+            "_missing": pa.array([["categories"]] * len(chunk), pa.list_(pa.string()))}), mode="append")
+    runs = enrich.runs_path / enrich.name
+    runs.mkdir(parents=True)
+    (runs / "latest.json").write_text(json.dumps({
+        "pipeline": enrich.name, "run_id": "r7", "status": "succeeded", "batches": 2, "batch_ids": [5, 6],
+        "facts_read": 40, "quarantined": 0, "dimension_versions": {"orders": 12, "categories": 3},
+        "tables": {"enriched": 9, "pending": 1}}))
+    write_deltalake(str(dim.table), pa.table({"product_id": pa.array([1], pa.int64())}),
+                    commit_properties=CommitProperties(app_transactions=[
+                        Transaction(app_id="dimension-product_categories", version=20260102)]))
+
+    data = collect_status(folder)
+    assert data["config_errors"] == []
+    by = {p["pipeline"]: p for p in data["pipelines"]}
+    assert set(by) == {"shop", "order_lines", "product_categories"}
+    en = by["order_lines"]["enrichment"]
+    assert en["pending_rows"] == 3 and en["pending_error"] is None
+    assert en["oldest_parked_at"] == min(parked).isoformat(timespec="seconds")
+    assert en["dimension_versions"] == {"orders": 12, "categories": 3}
+    assert {t["table"]: t["delta_version"] for t in by["order_lines"]["tables"]}["pending"] == 1
+    assert by["order_lines"]["last_run"]["events_read"] == 40
+    assert by["product_categories"]["dimension"]["last_applied_date"] == "2026-01-02"
+
+    html = render_html(data)
+    assert "data-testid='pending-rows-order_lines'>3<" in html
+    assert f"data-testid='oldest-parked-order_lines'>{min(parked).isoformat(timespec='seconds')}<" in html
+    assert "categories v3" in html and "orders v12" in html
+    assert "data-testid='last-applied-product_categories'>2026-01-02<" in html
+    assert "data-testid='pipeline-shop'" in html  # the CDC pipeline still renders

@@ -1,0 +1,126 @@
+"""Fuzz the pipeline config loader (hypothesis, real random examples, no Spark).
+
+A valid pipeline mapping is mutated at a random dotted key (junk value of a random type, key
+deleted, unknown key added) or replaced by random text. ``load_pipeline`` must either accept it
+or raise :class:`cdc_lake.config.ConfigError` whose message names the file and — for a
+mutation of a key — a dotted key; never another exception. The falsifying mutation is printed
+on failure. ``CDC_SLOW=1`` runs many more examples.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from cdc_lake.config import ConfigError, load_pipeline
+
+SLOW = os.environ.get("CDC_SLOW") == "1"
+VALID: dict[str, Any] = {
+    "pipeline": "fuzz_p", "description": "d", "owner": "o", "tags": ["a"],
+    "schedule": {"every": "30m"}, "start_date": "2026-01-01", "retries": 2,
+    "trigger": "available_now", "infer_temporal": True,
+    "source": {"format": "maxwell", "path": "landing", "database": "shop", "glob": "*.json",
+               "max_files_per_trigger": 10},
+    "storage": {"root": "lake"},
+    "engine": {"name": "deltalake"},
+    "spark": {"conf": {"spark.sql.shuffle.partitions": "2"}},
+    "ignore_tables": ["shop.audit_log"],
+    "tables": {"orders": {"keys": ["id"], "scd": 2, "types": {"amount": "decimal(10,2)"},
+                          "exclude_columns": ["note"]},
+               "customers": {"keys": ["id"], "source_table": "customers"}},
+}
+
+JUNK = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+    st.text(max_size=30), st.sampled_from(["", "0", "-1", "3", "yes", "decimal(99,99)", "${NOPE}",
+                                           "${NOPE:-x}", "../..", "a.b", "int", "every"]),
+    st.lists(st.one_of(st.integers(), st.text(max_size=8)), max_size=3),
+    st.dictionaries(st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=8)), max_size=3),
+)
+
+
+def _paths(obj: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append((*prefix, k))
+            out += _paths(v, (*prefix, k))
+    return out
+
+
+PATHS = _paths(VALID)
+
+
+@st.composite
+def mutations(draw: st.DrawFn) -> tuple[str, tuple[str, ...], Any]:
+    kind = draw(st.sampled_from(["set", "set", "set", "delete", "unknown"]))
+    path = draw(st.sampled_from(PATHS))
+    return kind, path, draw(JUNK) if kind != "delete" else None
+
+
+def _apply(raw: dict[str, Any], kind: str, path: tuple[str, ...], value: Any) -> None:
+    node = raw
+    for k in path[:-1]:
+        node = node[k]
+    if kind == "set":
+        node[path[-1]] = value
+    elif kind == "delete":
+        node.pop(path[-1], None)
+    else:
+        target = node[path[-1]] if isinstance(node[path[-1]], dict) else node
+        target["zz_unknown_key"] = value
+
+
+def _settings(n: int) -> settings:
+    return settings(max_examples=n, deadline=None, derandomize=False, database=None,
+                    print_blob=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def test_valid_config_loads(tmp_path: Path) -> None:
+    f = tmp_path / "p.yaml"
+    f.write_text(json.dumps(VALID))
+    cfg = load_pipeline(f)
+    assert cfg.name == "fuzz_p" and set(cfg.tables) == {"orders", "customers"}
+
+
+@_settings(2000 if SLOW else 150)
+@given(muts=st.lists(mutations(), min_size=1, max_size=3))
+def test_mutated_config_is_accepted_or_named(tmp_path_factory: Any, muts: list) -> None:
+    raw = copy.deepcopy(VALID)
+    for kind, path, value in muts:
+        try:
+            _apply(raw, kind, path, value)
+        except (KeyError, TypeError):
+            pass  # an earlier mutation removed/replaced the parent: nothing to mutate
+    f = tmp_path_factory.mktemp("fz") / "pipeline.yaml"
+    f.write_text(json.dumps(raw, default=str), encoding="utf-8")
+    note(f"mutations={muts!r}")
+    try:
+        load_pipeline(f)
+    except ConfigError as e:
+        msg = str(e)
+        assert str(f) in msg or f.name in msg, f"error does not name the file: {msg}"
+        assert e.key, f"error names no key for a key mutation: {msg}"
+        assert e.key.split(".")[0].split("[")[0] in {*VALID, "kind", "zz_unknown_key"} | \
+            {p[0] for p in PATHS}, f"error key {e.key!r} is not a config key: {msg}"
+        assert e.key in msg and e.message.strip(), msg
+
+
+@_settings(500 if SLOW else 60)
+@given(text=st.one_of(st.text(max_size=200),
+                      st.binary(max_size=120).map(lambda b: b.decode("latin-1"))))
+def test_random_text_is_a_config_error(tmp_path_factory: Any, text: str) -> None:
+    f = tmp_path_factory.mktemp("fzt") / "pipeline.yaml"
+    f.write_text(text, encoding="utf-8")
+    try:
+        load_pipeline(f)
+    except ConfigError as e:
+        assert str(f.resolve()) in str(e) or f.name in str(e), str(e)
+    else:  # random text that is a valid pipeline is astronomically unlikely
+        raise AssertionError(f"random text accepted as a pipeline: {text!r}")

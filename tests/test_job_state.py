@@ -1,0 +1,106 @@
+"""Stored state the checkpoint relies on (issue 6 item 5): a Delta table deleted while its
+checkpoint survives, and empty/truncated Spark checkpoint files, stop the run (exit 3) with a
+message naming the table or file and the recovery command, and the recovery command works."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from job_helpers import event, land, pipeline, rows
+
+from cdc_lake.cdc.job import run_pipeline
+from cdc_lake.cdc.state import TableMissing
+from cdc_lake.checkpoint_log import last_committed_batch
+
+JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "cdc_ingest.py"
+
+
+def _cli(yaml: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(JOB), "--pipeline", str(yaml), "--run-id", "cli"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_deleted_table_stops_the_run_and_a_full_refresh_recovers(spark, tmp_path):
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i) for i in range(1, 6)), event(9, "customers"))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    orders = cfg.tables["orders"].path
+    assert len(rows(orders)) == 5
+    shutil.rmtree(orders)  # an operator mistake: the table is gone, the checkpoint is not
+    land(cfg.landing_path, "b.json", event(6))
+
+    with pytest.raises(TableMissing) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    msg = str(e.value)
+    assert "'orders'" in msg and str(orders) in msg and "customers" not in msg
+    assert f"--pipeline {cfg.file} --full-refresh --tables orders" in msg, msg
+    assert not orders.exists(), "nothing may be written before the operator decides"
+    # The CLI says the same and exits 3, without starting Spark (fast: before the session).
+    r = _cli(cfg.file)
+    assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and "--tables orders" in r.stderr, r.stderr
+
+    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    s = run_pipeline(cfg, spark=spark, run_id="r3")
+    assert s["status"] == "succeeded"
+    assert rows(orders) == {i: f"s{i}" for i in range(1, 7)}
+    assert rows(cfg.tables["customers"].path) == {9: "s9"}
+
+
+@pytest.mark.parametrize("damage", ["offsets_empty", "commits_truncated", "metadata_empty",
+                                    "source_log_truncated", "offsets_missing_source"])
+def test_damaged_checkpoint_file_names_the_file_and_the_recovery(tmp_path, damage, request):
+    cfg, cp = request.getfixturevalue("ingested")
+    victim, new_text = {
+        "offsets_empty": (cp / "offsets" / "1", ""),
+        "commits_truncated": (cp / "commits" / "1", "v1\n{\"nextBatchWat"),
+        "metadata_empty": (cp / "metadata", ""),
+        "source_log_truncated": (cp / "sources" / "0" / "1", "v1\n{\"path\":\"file:///x"),
+        "offsets_missing_source": (cp / "offsets" / "1",
+                                   (cp / "offsets" / "1").read_text().splitlines()[0] + "\n"
+                                   + (cp / "offsets" / "1").read_text().splitlines()[1]),
+    }[damage]
+    original = victim.read_bytes()
+    victim.write_text(new_text)
+    crc = victim.with_name(f".{victim.name}.crc")
+    crc_bytes = crc.read_bytes() if crc.exists() else None
+    crc.unlink(missing_ok=True)
+    try:
+        r = _cli(cfg.file)
+    finally:
+        victim.write_bytes(original)
+        if crc_bytes is not None:
+            crc.write_bytes(crc_bytes)
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert f"checkpoint file {victim} is " in r.stderr, r.stderr
+    assert f"mv {cp} {cp}.damaged && spark-submit spark_jobs/cdc_ingest.py --pipeline {cfg.file}" \
+        in r.stderr
+
+
+@pytest.fixture(scope="module")
+def ingested(spark, tmp_path_factory):  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("damaged")
+    cfg = pipeline(tmp)
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(3, "customers"))
+    run_pipeline(cfg, spark=spark, run_id="r2")
+    assert last_committed_batch(cfg.checkpoint_path) == 1
+    return cfg, cfg.checkpoint_path
+
+
+@pytest.mark.slow  # default tier keeps the stop-and-say-why tests; this one is the follow-up
+def test_the_recovery_of_a_damaged_checkpoint_converges(spark, ingested):
+    """What the message tells the operator to do: move the checkpoint aside and run again."""
+    cfg, cp = ingested
+    before = {n: rows(t.path) for n, t in cfg.tables.items()}
+    (cp / "offsets" / "1").write_text("")
+    shutil.move(str(cp), f"{cp}.damaged")
+    land(cfg.landing_path, "c.json", event(4))
+    s = run_pipeline(cfg, spark=spark, run_id="after")
+    assert s["status"] == "succeeded"
+    assert rows(cfg.tables["orders"].path) == {**before["orders"], 4: "s4"}
+    assert rows(cfg.tables["customers"].path) == before["customers"]
