@@ -17,6 +17,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+# Configure a private Airflow before any test module (or cdc_lake.airflow) can import airflow:
+# Airflow reads its configuration once, at import, and collection order is not ours to choose.
+import airflow_env  # noqa: E402,F401
+
 _ENGINE_STATUS: dict[str, str] = {}
 
 
@@ -77,6 +81,22 @@ def engine_name(request, spark) -> str:  # type: ignore[no-untyped-def]
 def pytest_report_header(config):  # type: ignore[no-untyped-def]
     return ["delta engines: deltalake always; delta-spark when CDC_DELTA_JARS_DIR/"
             "CDC_DELTA_PACKAGES provide its jars"]
+
+
+def pytest_sessionfinish(session):  # type: ignore[no-untyped-def]
+    """Under pytest-xdist, hand this worker's engine status to the controller's summary."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["cdc_engine_status"] = dict(_ENGINE_STATUS)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without pytest-xdist
+def pytest_testnodedown(node, error):  # type: ignore[no-untyped-def]
+    for name, status in getattr(node, "workeroutput", {}).get("cdc_engine_status", {}).items():
+        # a skip on one worker and a run on another cannot both be true; keep the loudest
+        if _ENGINE_STATUS.get(name, "").startswith("SKIPPED") and status == "RAN":
+            continue
+        _ENGINE_STATUS[name] = status
 
 
 def pytest_terminal_summary(terminalreporter):  # type: ignore[no-untyped-def]
