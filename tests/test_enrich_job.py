@@ -385,11 +385,6 @@ def test_upstream_rewrite_exits_3_and_reprocess_recovers(spark, tmp_path: Path, 
     assert lake.rows("gold/lines", "line_id") == [(7,), (8,)]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "KNOWN DEFECT (10:15 UTC, unresolved): under availableNow the event older than the "
-    "watermark (e3) reached the enriched table instead of being dropped and counted; duplicates "
-    "within the watermark were dropped. Needs investigation of watermark propagation to "
-    "dropDuplicatesWithinWatermark between availableNow micro-batches."))
 def test_events_source_watermark_dedup_and_dropped_count(spark, tmp_path: Path) -> None:
     from cdc_lake.enrich.job import run_enrich
 
@@ -430,3 +425,10 @@ def test_events_source_watermark_dedup_and_dropped_count(spark, tmp_path: Path) 
                                                                ("e4", "fruit")]
     assert s["dropped_by_watermark"] == 1
     assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 3, 3)]
+    # dropped, counted and kept: the late event is in the quarantine table with the reason
+    (raw, reason), = lake.rows("gold/_quarantine", "raw_line", "reason")
+    assert json.loads(raw)["event_id"] == "e3"
+    assert reason.startswith("late event: event_ts 2026-01-02 08:00:00") and "watermark" in reason
+    # a rerun with nothing new changes nothing (the replayed decision is the same)
+    s2 = run_enrich(cfg, spark=spark, run_id="r2")
+    assert s2["facts_read"] == 0 and len(lake.rows("gold/_quarantine", "reason")) == 1

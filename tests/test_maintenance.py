@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+REPO = Path(__file__).resolve().parents[1]
+
 import pytest
 
 from cdc_lake.config import ConfigError
@@ -28,7 +30,6 @@ from cdc_lake.demo.pipeline_yaml import write_pipeline_yaml
 from cdc_lake.maintenance import (MaintenanceSettings, committed_source_versions, maintain_table,
                                   run_maintenance)
 
-REPO = Path(__file__).resolve().parents[1]
 DAG_YAML = """\
 pipeline: cap_dag
 source: {{format: maxwell, path: {root}/landing, database: shop}}
@@ -187,3 +188,19 @@ def test_bad_maintenance_section_names_the_key(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_pipeline(f)
     assert e.value.key.startswith("maintenance"), e.value
+
+
+def test_the_shipped_enrich_pipeline_is_seen_as_a_change_feed_reader_of_its_fact_table(tmp_path, monkeypatch):
+    """Maintenance of shop_maxwell must see shop_order_lines (a real enrich YAML, loaded the way
+    run_maintenance loads its neighbours) as the reader of order_items' change feed."""
+    from cdc_lake.config import load_all
+    from cdc_lake.maintenance import lagging_readers
+
+    monkeypatch.setenv("CDC_DATA_DIR", str(tmp_path))
+    pipelines, errors = load_all(REPO / "pipelines")
+    assert not errors, errors
+    order_items = tmp_path / "lake" / "shop_maxwell" / "order_items"
+    readers = lagging_readers(order_items, pipelines)
+    assert [name for name, _ in readers] == ["shop_order_lines"]
+    assert readers[0][1] == -1  # no checkpoint yet: it has read nothing, VACUUM keeps everything
+    assert lagging_readers(tmp_path / "lake" / "shop_maxwell" / "customers", pipelines) == []

@@ -103,6 +103,17 @@ def read_offsets(checkpoint: Path, batch_id: int) -> OffsetEntry:
     return OffsetEntry(batch_id, meta, sources)
 
 
+def batch_watermark_ms(checkpoint: Path, batch_id: int) -> int:
+    """The event-time watermark Spark used for ``batch_id`` (``batchWatermarkMs`` of
+    ``offsets/<batch_id>``, written before the batch runs); 0 when there is none yet."""
+    try:
+        entry = read_offsets(checkpoint, batch_id)
+    except FileNotFoundError:
+        return 0
+    value = entry.metadata.get("batchWatermarkMs", 0)
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
 def read_commit(checkpoint: Path, batch_id: int) -> dict[str, Any]:
     lines = _lines(checkpoint / "commits" / str(batch_id))
     if not lines:

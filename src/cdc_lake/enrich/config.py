@@ -140,6 +140,12 @@ class EnrichConfig:
         return fact + tuple(d.table for d in self.dimensions)
 
     @property
+    def change_feed_sources(self) -> tuple[Path, ...]:
+        """Delta tables whose change feed this pipeline reads from its checkpoint; maintenance
+        keeps their history until this reader has passed it (see ``cdc_lake.maintenance``)."""
+        return (self.fact.change_feed,) if self.fact.change_feed else ()
+
+    @property
     def output_tables(self) -> dict[str, Path]:
         """Every table the job writes, by the name used in txn ids and crash points."""
         out = {"enriched": self.outputs.enriched, "pending": self.outputs.pending}

@@ -199,8 +199,8 @@ def _bootstrap(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: s
 
 def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetime, duration: float,
              stats: EnrichStats, progress: list[dict[str, Any]], reprocess: bool) -> dict[str, Any]:
-    dropped = sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
-                  for p in progress for op in p.get("stateOperators", []))
+    dropped = stats.dropped_late + sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
+                                       for p in progress for op in p.get("stateOperators", []))
     pending = engine.read(str(cfg.outputs.pending))
     dims = dict(stats.dimension_versions) or {d.name: engine.version(str(d.table))
                                               for d in cfg.dimensions}

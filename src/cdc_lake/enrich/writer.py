@@ -31,6 +31,7 @@ from pyspark.sql.types import (ArrayType, DataType, MapType, NullType, StructFie
 from pyspark.sql.window import Window
 
 from cdc_lake.cdc.batch_writer import CRASH_ENV, align
+from cdc_lake.checkpoint_log import batch_watermark_ms
 from cdc_lake.engines import Engine, MergeSpec, Txn
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import pending as pd
@@ -53,6 +54,7 @@ class EnrichStats:
     restated: int = 0
     aggregate_rows_touched: int = 0
     quarantined: int = 0
+    dropped_late: int = 0  # events older than the batch's watermark (kept in quarantine)
     skipped_writes: int = 0
     replayed_batches: int = 0
     dimension_versions: dict[str, int | None] = field(default_factory=dict)
@@ -131,14 +133,31 @@ class EnrichBatch:
         if missing:
             raise ValueError(f"{self.cfg.file}: fact.keys: {missing} are not columns of the fact "
                              f"source {self.cfg.fact.label} ({sorted(rows.columns)})")
-        bad = F.lit(False)
+        reason = F.lit(None).cast("string")
+        ev = self.cfg.fact.events
+        if ev is not None:
+            # Spark's streaming dedup evicts ids older than the watermark but lets such rows
+            # through; a row older than the watermark is therefore dropped here, counted and
+            # kept in the quarantine table (never lost silently). The watermark is the one Spark
+            # recorded for this batch in offsets/<batch_id>, so a replay decides the same way.
+            wm_ms = batch_watermark_ms(self.cfg.checkpoint_path, batch_id)
+            if wm_ms > 0:
+                wm = F.timestamp_millis(F.lit(wm_ms))
+                reason = F.when(F.col(f"`{ev.time}`") < wm, F.concat(
+                    F.lit(f"late event: {ev.time} "), F.col(f"`{ev.time}`").cast("string"),
+                    F.lit(f" is older than the watermark {ev.watermark} behind the newest event "
+                          f"time seen (watermark "), wm.cast("string"), F.lit(")")))
+        null_key = F.lit(False)
         for c in k:
-            bad = bad | F.col(f"`{c}`").isNull()
+            null_key = null_key | F.col(f"`{c}`").isNull()
+        reason = F.when(null_key, F.lit(f"fact key {list(k)} is null")).otherwise(reason)
+        rows = rows.withColumn("_reason", reason)
         w = Window.partitionBy(*k).orderBy(
             F.col("_fact_version").desc(), F.col("_is_delete").asc())
-        good = rows.where(~bad).withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn")
+        good = (rows.where(F.col("_reason").isNull())
+                .withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn"))
         return good.withColumn("_bad", F.lit(False)).unionByName(
-            rows.where(bad).withColumn("_bad", F.lit(True)))
+            rows.where(F.col("_reason").isNotNull()).withColumn("_bad", F.lit(True)))
 
     # -- the batch --------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -169,10 +188,13 @@ class EnrichBatch:
         pending0 = read_at(self.engine, str(cfg.outputs.pending), plan.versions.get("pending"))
         norm = self._normalize(batch, batch_id).persist()
         cached.append(norm)
-        counts = {r["_bad"]: r["n"] for r in norm.groupBy("_bad").agg(F.count("*").alias("n")).collect()}
-        n_bad = counts.get(True, 0)
-        self.stats.facts_read += n_bad + counts.get(False, 0)
-        changes = norm.where(~F.col("_bad")).drop("_bad")
+        counts = {(r["_bad"], r["late"]): r["n"] for r in norm.groupBy(
+            "_bad", F.col("_reason").startswith("late event").alias("late")).agg(
+            F.count("*").alias("n")).collect()}
+        n_bad = sum(n for (b, _), n in counts.items() if b)
+        self.stats.dropped_late += counts.get((True, True), 0)
+        self.stats.facts_read += sum(counts.values())
+        changes = norm.where(~F.col("_bad")).drop("_bad", "_reason")
         # Guard: a change not newer than the stored version of its fact changes nothing.
         stored = [df.select(*k, "_fact_version") for df in (enriched0, pending0) if df is not None]
         if stored:
@@ -232,7 +254,7 @@ class EnrichBatch:
                 F.lit(cfg.fact.label).alias("source_file"),
                 F.to_json(F.struct(*[F.col(f"`{c}`") for c in all_fact_cols if c in norm.columns]))
                 .alias("raw_line"),
-                F.lit(f"fact key {list(self.keys)} is null").alias("reason"),
+                F.col("_reason").alias("reason"),
                 F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
                 F.current_timestamp().alias("quarantined_at"))
