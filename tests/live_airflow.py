@@ -572,7 +572,7 @@ def pick_pipeline(pipelines_dir: Path, fmt: str = "maxwell"):
     from cdc_lake.config import load_all
 
     configs, _errors = load_all(pipelines_dir)
-    found = [c for c in configs if c.source_format == fmt]
+    found = [c for c in configs if getattr(c, "source_format", None) == fmt]  # cdc kind only
     found.sort(key=lambda c: (c.name != f"shop_{fmt}", c.name))
     return found[0] if found else None
 

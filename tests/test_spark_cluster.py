@@ -152,6 +152,7 @@ def _change_feed_table(path: Path) -> list[tuple]:
                    (1, "a", "delete", 2)])
 
 
+@pytest.mark.slow  # the default tier's DAG-task test already runs executors without cdc_lake
 def test_executor_python_code_comes_from_the_shipped_package(tmp_path):
     """The change-feed source's ``read()`` runs in executor Python workers that cannot import
     cdc_lake: with the operator's package zip on ``--py-files`` the stream reads every change

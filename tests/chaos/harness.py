@@ -28,12 +28,11 @@ KILL_MODES = ("named", "named", "delay", "delay", "data_file", "log_commit")
 # Product bugs the harness has found and reported (signature in the job's stderr -> bug). A
 # failure with one of these signatures is counted in ``known_bug_failures``; any other failure
 # is new. Remove an entry once the bug is fixed.
-KNOWN_BUGS = {
-    "rows failed validation check": "deltalake MERGE into a table fails 'Invalid data found: "
-    "1 rows failed validation check' (a CDF row with null NOT NULL keys) on valid input, e.g. "
-    "workload 144272509/maxwell without any kill (src/cdc_lake/engines/deltalake_engine.py + "
-    "cdc/changes.py; reproduced on HEAD 00c2192)",
-}
+# Product bugs found by the harness and not fixed yet: {signature in the failure text: report}.
+# A failure matching one is reported as "known" (xfail) instead of new. Bug A ("rows failed
+# validation check", workload 144272509/maxwell) is fixed; tests/test_chaos.py keeps its
+# regression test.
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def known_bug(text: str) -> str | None:
