@@ -8,4 +8,10 @@ if [ -x scripts/install_browser.sh ]; then
   scripts/install_browser.sh || echo "[test] WARNING: could not install Chromium; the browser test will be skipped"
 fi
 mkdir -p test-artifacts
-exec .venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist), one test file per worker at a time: Spark sessions and live
+# services are per file. CDC_TEST_WORKERS=0 runs in this process (e.g. for pdb).
+workers=${CDC_TEST_WORKERS:-2}
+if [ "$workers" = "0" ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=25 "$@"

@@ -17,6 +17,7 @@ Run: ``pytest -m airflow_live tests/test_airflow_live.py`` (≈2–3 min on 2 co
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import time
 
 import httpx
@@ -51,11 +52,18 @@ with DAG("fixture_selftest", schedule=None, max_active_runs=1, catchup=False,
 '''
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+# Slow tier: both metadata-DB legs. Default tier: one leg — PostgreSQL (what production runs)
+# when this machine has it, else SQLite — so every test below runs once.
+LEGS = ["sqlite", "postgres"] if os.environ.get("CDC_SLOW") == "1" else ["one"]
+
+
+@pytest.fixture(scope="module", params=LEGS)
 def live(request, tmp_path_factory):
     """One running Airflow per module and DB leg, with tmp copies of pipelines and data."""
     db = request.param
-    if db == "postgres":
+    if db == "one":
+        db = "postgres" if postgres_available()[0] else "sqlite"
+    elif db == "postgres":
         ok, why = postgres_available()
         if not ok:
             pytest.skip(f"PostgreSQL leg skipped: {why}")
@@ -211,6 +219,7 @@ def test_invalid_param_is_refused_without_a_run(live, pipeline):
     assert {r["dag_run_id"] for r in live.runs(cfg.name)} == before
 
 
+@pytest.mark.slow  # CI budget; the lock is covered by test_dag_e2e, test_job_cli, test_locks_postgres
 def test_two_runs_at_once_process_data_once(live, pipeline):
     cfg, sc = pipeline
     sc.write_batch(1)
@@ -290,7 +299,7 @@ def test_backfill_is_sequential_and_idempotent(live, pipeline):
     """Backfill over 3 days: each run processes what is new since the checkpoint (the job is not
     date-partitioned), so the first processes everything and the others nothing; running the
     same range again (reprocess, backfill default concurrency) changes nothing."""
-    if live.db != "sqlite":
+    if live.db != "sqlite" and len(LEGS) > 1:
         pytest.skip("backfill semantics do not depend on the metadata DB; covered by the SQLite leg")
     import yaml
 

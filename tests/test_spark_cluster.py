@@ -216,3 +216,57 @@ def test_hook_puts_the_package_zip_on_the_driver_pythonpath_only_in_client_mode(
     cluster.driver_pythonpath = "/z/cdc_lake.zip"
     cmd = cluster._build_spark_submit_command("job.py")
     assert "--py-files" in cmd and not cluster._env
+
+
+@pytest.mark.slow  # its own cluster start + two enrichment runs: over the default tier's budget
+def test_enrich_dag_task_on_a_standalone_cluster_equals_the_reference_model(tmp_path, monkeypatch):
+    """The enrichment DAG's task, submitted by its operator through ``spark://`` (client mode),
+    executors on a Python without cdc_lake: the change-feed source's ``read()`` and the joins run
+    on the workers. Two runs (a dimension change, a late member and fact updates in between);
+    after each, the outputs equal the independent plain-Python model (tests/enrich_reference.py)."""
+    import yaml as yamllib
+    from enrich_reference import EnrichModel
+    from enrich_workload import model_config, write_commit, write_pipeline
+    from test_enrich_crash import FIRST, THEN
+    from test_enrich_properties import expected_vs_actual
+
+    from cdc_lake.airflow.dag_factory import build_dag
+    from cdc_lake.airflow.enrich_dags import ENRICH_TASK_ID
+    from cdc_lake.config import load_pipeline
+
+    mcfg = model_config()
+    lake, out = tmp_path / "lake", tmp_path / "out"
+    yaml = write_pipeline(tmp_path / "p.yaml", mcfg, lake, out, name="enrich_on_cluster")
+    doc = yamllib.safe_load(yaml.read_text())
+    doc["spark"] = {"conn_id": "spark_cluster_test", "conf": {
+        "spark.cores.max": "2", "spark.executor.memory": "512m", "spark.executor.cores": "1",
+        "spark.driver.memory": "1g", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+        "spark.pyspark.python": str(python_without_package(tmp_path)),
+        "spark.pyspark.driver.python": sys.executable}}
+    yaml.write_text(yamllib.safe_dump(doc, sort_keys=False))
+    model = EnrichModel(mcfg)
+    for c in FIRST:
+        write_commit(lake, c)
+        model.apply(c)
+    model.run()
+    cfg = load_pipeline(yaml)
+    monkeypatch.setenv("CDC_PY_FILES_DIR", str(tmp_path / "py-files"))
+    with StandaloneCluster(tmp_path, workers=2) as cluster:
+        for k, v in cluster_env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER_TEST", f"{cluster.master_url}?deploy-mode=client")
+        for n in (1, 2):
+            op = build_dag(cfg).task_dict[ENRICH_TASK_ID]
+            context = {"params": {}, "run_id": f"e{n}"}
+            op.render_template_fields(context)  # type: ignore[arg-type]
+            summary = op.execute(context)  # type: ignore[arg-type]
+            assert summary and summary["status"] == "succeeded", summary
+            problems = expected_vs_actual(out, model, mcfg)
+            assert not problems, f"after cluster run {n}:\n  " + "\n  ".join(problems)
+            if n == 1:
+                for c in THEN:
+                    write_commit(lake, c)
+                    model.apply(c)
+                model.run()
+        assert _executor_logs(cluster), "no executor ran on the cluster's workers"

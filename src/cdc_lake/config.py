@@ -388,15 +388,7 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
     if landing is None or root is None:  # unreachable: required=True raised; narrows the types
         raise r.fail("storage.root", "is required")
 
-    eng = r.section("engine")
-    eng.check_known({"name", "delta_spark"})
-    ds = eng.section("delta_spark")
-    ds.check_known({"packages", "repositories", "jars_dir"})
-    spark = r.section("spark")
-    spark.check_known({"conf", "conn_id"})
-    spark_conf = spark.raw.get("conf") or {}
-    if not isinstance(spark_conf, dict):
-        raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
+    runtime = parse_runtime(r)
 
     tables_raw = r.raw.get("tables")
     if not isinstance(tables_raw, dict) or not tables_raw:
@@ -441,25 +433,45 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         quarantine_path=storage.path("quarantine", default=root / "_quarantine"),  # type: ignore[arg-type]
         ddl_log_path=storage.path("ddl_log", default=root / "_ddl_log"),  # type: ignore[arg-type]
         runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type]
-        engine=eng.choice("name", ENGINES, default="auto"),  # type: ignore[arg-type]
-        delta_spark=DeltaSparkSettings(
-            packages=ds.str("packages", default=DEFAULT_DELTA_PACKAGES) or DEFAULT_DELTA_PACKAGES,
-            repositories=ds.str("repositories"),
-            jars_dir=ds.path("jars_dir"),
-        ),
-        spark_conf={str(k): str(v) for k, v in spark_conf.items()},
-        spark_conn_id=spark.str("conn_id", default="spark_default") or "spark_default",
+        **runtime,
         infer_temporal=r.bool("infer_temporal", default=True),
         tables=tables,
         ignore_tables=r.names("ignore_tables", default=()) or (),
         capture=_parse_capture(r, fmt, source_db, tables),
-        lock=parse_lock_settings(r),
         quarantine_limits=parse_quarantine_limits(r),
         maintenance=_parse_maintenance(r),
     )
 
 
 _START_RE = re.compile(r"^(earliest|current|[A-Za-z0-9_.-]+:\d+)$")
+
+
+def parse_runtime(r: _Reader) -> dict[str, Any]:
+    """The sections every pipeline kind shares, as keyword arguments of its config dataclass:
+    ``engine:`` (``name``, ``delta_spark``), ``spark:`` (``conf``, ``conn_id``) and ``lock:``.
+
+    Example::
+
+        return EnrichConfig(file=file, name=name, ..., **parse_runtime(r))
+    """
+    eng = r.section("engine")
+    eng.check_known({"name", "delta_spark"})
+    ds = eng.section("delta_spark")
+    ds.check_known({"packages", "repositories", "jars_dir"})
+    spark = r.section("spark")
+    spark.check_known({"conf", "conn_id"})
+    spark_conf = spark.raw.get("conf") or {}
+    if not isinstance(spark_conf, dict):
+        raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
+    return {
+        "engine": eng.choice("name", ENGINES, default="auto"),
+        "delta_spark": DeltaSparkSettings(
+            packages=ds.str("packages", default=DEFAULT_DELTA_PACKAGES) or DEFAULT_DELTA_PACKAGES,
+            repositories=ds.str("repositories"), jars_dir=ds.path("jars_dir")),
+        "spark_conf": {str(k): str(v) for k, v in spark_conf.items()},
+        "spark_conn_id": spark.str("conn_id", default="spark_default") or "spark_default",
+        "lock": parse_lock_settings(r),
+    }
 
 
 def _parse_maintenance(r: _Reader) -> Any:

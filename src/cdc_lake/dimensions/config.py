@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (_TYPE_RE, DEFAULT_DELTA_PACKAGES, ENGINES, NAME_RE, ConfigError,
-                             DeltaSparkSettings, Reader, Schedule, parse_schedule)
-from cdc_lake.locks import LockSettings, parse_lock_settings
+from cdc_lake.config import (_TYPE_RE, NAME_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
+                             parse_runtime, parse_schedule)
+from cdc_lake.locks import LockSettings
 
 SNAPSHOT_FORMATS = ("csv", "parquet")
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -112,15 +112,7 @@ def load_dimension_pipeline(file: Path, raw: dict[str, Any]) -> DimensionPipelin
     storage.check_known({"state", "checkpoint", "runs"})
     base = table.parent  # type: ignore[union-attr]
     state = storage.path("state") or storage.path("checkpoint") or base / "_checkpoints" / name
-    eng = r.section("engine")
-    eng.check_known({"name", "delta_spark"})
-    ds = eng.section("delta_spark")
-    ds.check_known({"packages", "repositories", "jars_dir"})
-    spark = r.section("spark")
-    spark.check_known({"conf", "conn_id"})
-    spark_conf = spark.raw.get("conf") or {}
-    if not isinstance(spark_conf, dict):
-        raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
+    runtime = parse_runtime(r)
     return DimensionPipelineConfig(
         file=file,
         name=name,
@@ -137,13 +129,7 @@ def load_dimension_pipeline(file: Path, raw: dict[str, Any]) -> DimensionPipelin
         table=table,  # type: ignore[arg-type]
         checkpoint_path=state,
         runs_path=storage.path("runs", default=base / "_runs"),  # type: ignore[arg-type]
-        engine=eng.choice("name", ENGINES, default="auto"),  # type: ignore[arg-type]
-        delta_spark=DeltaSparkSettings(
-            packages=ds.str("packages", default=DEFAULT_DELTA_PACKAGES) or DEFAULT_DELTA_PACKAGES,
-            repositories=ds.str("repositories"), jars_dir=ds.path("jars_dir")),
-        spark_conf={str(k): str(v) for k, v in spark_conf.items()},
-        spark_conn_id=spark.str("conn_id", default="spark_default") or "spark_default",
-        lock=parse_lock_settings(r),
+        **runtime,
     )
 
 

@@ -20,9 +20,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (DEFAULT_DELTA_PACKAGES, ENGINES, NAME_RE, TRIGGERS, ConfigError,
-                             DeltaSparkSettings, Reader, Schedule, parse_schedule)
-from cdc_lake.locks import LockSettings, parse_lock_settings
+from cdc_lake.config import (NAME_RE, TRIGGERS, ConfigError, DeltaSparkSettings, Reader, Schedule,
+                             parse_runtime, parse_schedule)
+from cdc_lake.locks import LockSettings
 
 _DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -322,15 +322,7 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
     paths = [outputs.enriched, outputs.pending, outputs.manifest] + [a.path for a in aggs]
     if len(set(paths)) != len(paths) or set(paths) & set(d.table for d in dims):
         raise r.fail("outputs", "two outputs share one path, or an output is also an input")
-    eng = r.section("engine")
-    eng.check_known({"name", "delta_spark"})
-    ds = eng.section("delta_spark")
-    ds.check_known({"packages", "repositories", "jars_dir"})
-    spark = r.section("spark")
-    spark.check_known({"conf", "conn_id"})
-    spark_conf = spark.raw.get("conf") or {}
-    if not isinstance(spark_conf, dict):
-        raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
+    runtime = parse_runtime(r)
     return EnrichConfig(
         file=file, name=name,
         description=r.str("description", default="") or "",
@@ -344,11 +336,5 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
         lake_root=root,  # type: ignore[arg-type]
         checkpoint_path=storage.path("checkpoint", default=root / "_checkpoints" / name),  # type: ignore[arg-type, operator]
         runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type, operator]
-        engine=eng.choice("name", ENGINES, default="auto"),  # type: ignore[arg-type]
-        delta_spark=DeltaSparkSettings(
-            packages=ds.str("packages", default=DEFAULT_DELTA_PACKAGES) or DEFAULT_DELTA_PACKAGES,
-            repositories=ds.str("repositories"), jars_dir=ds.path("jars_dir")),
-        spark_conf={str(k): str(v) for k, v in spark_conf.items()},
-        spark_conn_id=spark.str("conn_id", default="spark_default") or "spark_default",
-        lock=parse_lock_settings(r),
+        **runtime,
     )

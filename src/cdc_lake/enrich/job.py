@@ -123,9 +123,12 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
     writer = EnrichBatch(cfg, engine, instance=instance_id(cfg.checkpoint_path), run_id=run_id,
                          stats=stats, hook=hook)
     errors: list[BaseException] = []
+    guard = _delta_spark_guard(cfg, engine)
 
     def handler(df: DataFrame, batch_id: int) -> None:
         try:
+            if guard is not None:
+                guard(df)
             writer(df, batch_id)
         except BaseException as e:  # keep the Python error: Spark wraps it in a Java one
             errors.append(e)
@@ -140,11 +143,28 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
         query.awaitTermination()
     except Exception as e:
         if errors:
+            if cfg.fact.kind == "change_feed":
+                _raise_unavailable(cfg, errors[0])
             raise errors[0] from None
         if cfg.fact.kind == "change_feed":
             _raise_unavailable(cfg, e)
         raise
     return [json.loads(p.json) for p in query.recentProgress]
+
+
+def _delta_spark_guard(cfg: EnrichConfig, engine: Engine) -> Callable[[DataFrame], None] | None:
+    """delta-spark's change feed reads an upstream overwrite as deletes + inserts instead of
+    refusing it (the deltalake source refuses it itself): apply the same rule to each
+    micro-batch's version range before anything is written. Not run here (no Delta jars)."""
+    if cfg.fact.kind != "change_feed" or engine.name != "delta-spark":
+        return None
+    from cdc_lake.sources.change_feed import check_versions
+
+    def guard(df: DataFrame) -> None:
+        lo, hi = df.agg(F.min("_commit_version"), F.max("_commit_version")).first()  # type: ignore[misc]
+        if lo is not None:
+            check_versions(str(cfg.fact.change_feed), int(lo), int(hi), recovery=_recovery(cfg))
+    return guard
 
 
 def _raise_unavailable(cfg: EnrichConfig, e: BaseException) -> None:
