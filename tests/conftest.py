@@ -109,7 +109,8 @@ def pytest_terminal_summary(terminalreporter):  # type: ignore[no-untyped-def]
 # Files that take minutes run first, so that under pytest-xdist (``-n 2 --dist loadfile``, what
 # ``make test`` runs) no long file starts last and leaves one worker idle. Order inside a file
 # is kept (module fixtures and in-file order are untouched).
-_HEAVY_FIRST = ["test_airflow_live.py", "test_crash_recovery.py", "test_browser.py",
+_HEAVY_FIRST = ["test_airflow_live.py", "test_crash_recovery.py", "test_capture_dag_live.py",
+                "test_browser.py",
                 "test_cdc_properties.py", "test_spark_cluster.py", "test_enrich_job.py",
                 "test_formats_producers.py", "test_dag_e2e.py", "test_maintenance.py",
                 "test_enrich_properties.py", "test_writer_types.py", "test_change_feed_source.py",

@@ -22,9 +22,7 @@ import pytest
 from live_airflow import REPO, dump_logs, free_port, start_live_airflow
 from mariadb_server import MariaDBServer, mariadb_server  # noqa: F401
 
-# Slow tier (CI time budget): the default tier covers the parts — the DAG shape and operator
-# (tests/test_capture_dag.py) and MariaDB -> capture -> pipeline == SELECT * (test_mariadb_truth.py).
-pytestmark = [pytest.mark.slow, pytest.mark.airflow_live, pytest.mark.mariadb,
+pytestmark = [pytest.mark.airflow_live, pytest.mark.mariadb,
               pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning")]
 
 DB = "livecap"
