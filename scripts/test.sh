@@ -14,4 +14,6 @@ workers=${CDC_TEST_WORKERS:-2}
 if [ "$workers" = "0" ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=25 "$@"
+# --no-loadscope-reorder: keep the collection order (heavy files first, tests/conftest.py)
+# instead of xdist's "most tests first", which left the minutes-long files for last.
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder --durations=25 "$@"
