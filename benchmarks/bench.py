@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
         work = Path(tmp)
         t0 = time.time()
-        res: dict[str, Any] = {"command": "python benchmarks/bench.py" + (" --quick" if a.quick else ""),
+        res: dict[str, Any] = {"command": " ".join(["python benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "machine": f"{os.cpu_count()} cores, {bi._mem_total_gb()} GiB",
                                "versions": bi.versions()}
