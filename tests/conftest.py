@@ -106,22 +106,8 @@ def pytest_terminal_summary(terminalreporter):  # type: ignore[no-untyped-def]
             terminalreporter.write_line(f"{name:<12} {status}")
 
 
-# Files that take minutes run first, so that under pytest-xdist (``-n 2 --dist loadfile``, what
-# ``make test`` runs) no long file starts last and leaves one worker idle. Order inside a file
-# is kept (module fixtures and in-file order are untouched).
-_HEAVY_FIRST = ["test_airflow_live.py", "test_crash_recovery.py", "test_capture_dag_live.py",
-                "test_browser.py",
-                "test_cdc_properties.py", "test_spark_cluster.py", "test_enrich_job.py",
-                "test_formats_producers.py", "test_dag_e2e.py", "test_maintenance.py",
-                "test_enrich_properties.py", "test_writer_types.py", "test_change_feed_source.py",
-                "test_mariadb_truth.py"]
-
-
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Heavy files first (see ``_HEAVY_FIRST``); the slow tier is opt-in: CDC_SLOW=1 or an
-    explicit ``-m`` expression."""
-    rank = {name: i for i, name in enumerate(_HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    """Slow tier is opt-in: CDC_SLOW=1 or an explicit ``-m`` expression."""
     if os.environ.get("CDC_SLOW") == "1" or config.getoption("-m"):
         return
     skip = pytest.mark.skip(reason="slow tier: set CDC_SLOW=1 (or -m slow) to run")

@@ -194,6 +194,7 @@ def test_executor_python_code_comes_from_the_shipped_package(tmp_path):
     assert "No module named 'cdc_lake'" in out, errors
 
 
+@pytest.mark.slow  # the default tier's cluster test starts and stops the fixture too
 def test_cluster_fixture_stops_everything(tmp_path):
     with StandaloneCluster(tmp_path, workers=1) as cluster:
         pids = [cluster.master.pid, cluster.workers[0].pid]  # type: ignore[union-attr]
