@@ -16,12 +16,19 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
 3. flat cost — one process runs the same-size increment ``--history`` times; run time vs. the
    number of earlier runs (first vs. 10th/50th/100th);
 4. peer — at the end of (3), a naive full recompute of the same tables (read the whole landing
-   history, latest row per key, overwrite) vs. one incremental run, in the same process.
+   history, latest row per key, overwrite) vs. one incremental run, in the same process;
+5. enrichment — the same small-increment and large-batch ratios for ``kind: enrich``
+   (``bench_enrich.py``: fact change feed joined with four dimensions, one aggregate).
+
+``--cases small,enrich`` re-measures a subset; the other cases keep their figures from the last
+``benchmarks/results/bench.json`` and the report says when each was measured. The report
+itself (table, plots, what bounds the misses) is ``bench_report.py``.
 
 Usage::
 
     python benchmarks/bench.py                # full size (~15-25 min on 2 cores)
-    python benchmarks/bench.py --quick        # CI smoke (~1-2 min)
+    python benchmarks/bench.py --quick        # CI smoke (~3-5 min)
+    python benchmarks/bench.py --cases enrich # re-measure one case, regenerate the report
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 
+import bench_enrich as be  # noqa: E402  (enrichment case)
+import bench_report as br  # noqa: E402  (docs/benchmarks.md + plots)
 import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
 
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
@@ -50,7 +59,7 @@ COMMON_CONF = ["--master", "local[2]", "--conf", "spark.sql.session.timeZone=UTC
                "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}"]
 # spark-submit's launcher scripts look up python/java on PATH: the venv first
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-TARGETS = {"small": 1.3, "large": 1.5, "flat": 1.2, "peer": 10.0}
+CASES = br.CASES
 COUNT_SCRIPT = '''
 import sys
 from pyspark.sql import SparkSession
@@ -104,11 +113,34 @@ def case_small(work: Path, events: int, reps: int, base_events: int) -> dict[str
     job_s, count_s = [], []
     for i in range(reps):
         new = landing.add(events, 2)
+        mark = log.stat().st_size
         count_s.append(_wall([SPARK_SUBMIT, *COMMON_CONF, str(count_py), *map(str, new)], log))
+        count_profile = _profile(log, mark)
+        mark = log.stat().st_size
         job_s.append(_wall([*job, "--run-id", f"inc{i}"], log))
+        job_profile = _profile(log, mark)
     j, c = statistics.median(job_s), statistics.median(count_s)
     return {"events": events, "reps": reps, "job_wall_s": job_s, "count_wall_s": count_s,
-            "median_job_s": round(j, 2), "median_count_s": round(c, 2), "ratio": round(j / c, 2)}
+            "median_job_s": round(j, 2), "median_count_s": round(c, 2), "ratio": round(j / c, 2),
+            "profile": {"job": job_profile, "count": count_profile}}
+
+
+def _profile(log: Path, start: int) -> dict[str, Any]:
+    """What one spark-submit (the log from byte ``start``) spent: Spark's own INFO lines."""
+    import re
+
+    with open(log, "rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", "replace")
+    codegen = [float(x) for x in re.findall(r"Code generated in ([0-9.]+) ms", text)]
+    out: dict[str, Any] = {"codegen_classes": len(codegen), "codegen_s": round(sum(codegen) / 1000, 2),
+                           "spark_jobs": len(set(re.findall(r"Job (\d+) finished", text))),
+                           "phases": [ln for ln in text.splitlines() if ln.startswith("[cdc] batch")]}
+    for ln in text.splitlines():
+        if ln.startswith("CDC_RUN_SUMMARY "):
+            summary = json.loads(ln.split(" ", 1)[1])
+            out.update({k: summary.get(k) for k in ("spark_startup_s", "stream_s", "batch_seconds")})
+    return out
 
 
 def case_large(work: Path, events: int, files: int, reps: int) -> dict[str, Any]:
@@ -187,84 +219,6 @@ def case_flat_and_peer(work: Path, history: int, events: int, marks: list[int]) 
             "peer_ratio": round(min(recompute) / inc, 2)}
 
 
-def plots(res: dict[str, Any], img: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    img.mkdir(parents=True, exist_ok=True)
-    out = []
-    f = res["flat"]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.plot(range(1, len(f["run_s"]) + 1), f["run_s"], ".", label="incremental run")
-    ax.axhline(min(f["recompute_s"]), color="C3", label="naive full recompute")
-    ax.set_xlabel("runs of history"), ax.set_ylabel("seconds"), ax.legend(), ax.grid(alpha=.3)
-    ax.set_title(f"Run time vs. history ({f['events_per_run']} events per run)")
-    fig.tight_layout(), fig.savefig(img / "bench-history.png", dpi=110), plt.close(fig)
-    out.append("bench-history.png")
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    cases = [("small increment\n(spark-submit wall)", res["small"]["median_count_s"], res["small"]["median_job_s"]),
-             ("large batch\n(Spark time)", res["large"]["median_scan_s"], res["large"]["median_ingest_s"])]
-    xs = range(len(cases))
-    ax.bar([x - .2 for x in xs], [c[1] for c in cases], .4, label="reference (read + count / scan)")
-    ax.bar([x + .2 for x in xs], [c[2] for c in cases], .4, label="cdc-lake job")
-    ax.set_xticks(list(xs), [c[0] for c in cases]), ax.set_ylabel("seconds"), ax.legend()
-    fig.tight_layout(), fig.savefig(img / "bench-ratios.png", dpi=110), plt.close(fig)
-    out.append("bench-ratios.png")
-    return out
-
-
-def report(res: dict[str, Any], pngs: list[str]) -> str:
-    s, lg, f = res["small"], res["large"], res["flat"]
-
-    def verdict(ratio: float, target: float, higher_better: bool = False) -> str:
-        ok = ratio >= target if higher_better else ratio <= target
-        return "met" if ok else f"**missed** by {abs(ratio - target) / target:.0%}"
-
-    rows = [
-        ("small increment", f"{s['events']} events, 2 files, spark-submit wall", f"{s['median_job_s']} s",
-         f"{s['median_count_s']} s (read+count)", s["ratio"], f"≤ {TARGETS['small']}×", verdict(s["ratio"], TARGETS["small"])),
-        ("large batch", f"{lg['events']} events, {lg['files']} files, {lg['events_per_s']} events/s, "
-         f"peak RSS {lg['peak_rss_mb']} MB", f"{lg['median_ingest_s']} s", f"{lg['median_scan_s']} s (scan)",
-         lg["ratio"], f"≤ {TARGETS['large']}×", verdict(lg["ratio"], TARGETS["large"])),
-        ("flat cost", f"run {f['history']} vs run 2 ({f['events_per_run']} events each)",
-         f"{statistics.median(f['run_s'][-3:]):.2f} s", f"{f['first_s']} s", f["ratio_last_first"],
-         f"≤ {TARGETS['flat']}×", verdict(f["ratio_last_first"], TARGETS["flat"])),
-        ("peer", f"naive full recompute at {f['history']} runs of history", f"{min(f['recompute_s']):.2f} s",
-         f"{statistics.median(f['run_s'][-3:]):.2f} s (incremental)", f["peer_ratio"],
-         f"≥ {TARGETS['peer']}×", verdict(f["peer_ratio"], TARGETS["peer"], True)),
-    ]
-    table = "\n".join(f"| {a} | {b} | {c} | {d} | **{e}×** | {g} | {h} |" for a, b, c, d, e, g, h in rows)
-    marks = ", ".join(f"after {k}: {v} s" for k, v in f["at"].items())
-    return f"""# Benchmarks
-
-Generated by `{res['command']}` on {res['date']} ({res['machine']}); regenerate with `make bench`.
-Median of {s['reps']} repetitions where repeated; no timing is asserted anywhere.
-Load average during the run: {res['loadavg']}.
-
-| case | workload | cdc-lake | reference | ratio | target | |
-|---|---|---:|---:|---:|---:|---|
-{table}
-
-Flat cost, median of 3 runs around the run after N earlier runs: {marks}.
-
-![run time vs history](img/{pngs[0]})
-
-![job vs reference](img/{pngs[1]})
-
-## What bounds the misses
-
-Per-batch phases of the large run (printed by the job):
-
-```
-{chr(10).join(lg['batch_log'][-6:])}
-```
-
-Versions: {json.dumps(res['versions'])}
-"""
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="CI smoke size, one repetition")
@@ -274,7 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-files", type=int, default=40)
     p.add_argument("--history", type=int, default=100)
     p.add_argument("--out", type=Path, default=None, help="report folder (default: docs/, temp for --quick)")
+    p.add_argument("--cases", default=",".join(CASES),
+                   help=f"comma-separated subset of {','.join(CASES)}; the others keep their figures "
+                        "from the last bench.json (each case records its own date); "
+                        "--cases= regenerates the report only")
     a = p.parse_args(argv)
+    cases = [c for c in a.cases.split(",") if c]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        p.error(f"unknown case(s) {unknown}; valid: {list(CASES)}")
     if a.quick:
         a.small_events, a.large_events, a.large_files, a.history = 200, 4000, 4, 5
     reps = a.reps or (1 if a.quick else 3)
@@ -286,20 +248,42 @@ def main(argv: list[str] | None = None) -> int:
                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "machine": f"{os.cpu_count()} cores, {bi._mem_total_gb()} GiB",
                                "versions": bi.versions()}
-        print("[bench] 1/3 small increment", flush=True)
-        res["small"] = case_small(work, a.small_events, reps, base_events=5 * a.small_events)
-        print(f"[bench]   ratio {res['small']['ratio']}", flush=True)
-        print("[bench] 2/3 large batch", flush=True)
-        res["large"] = case_large(work, a.large_events, a.large_files, reps)
-        print(f"[bench]   ratio {res['large']['ratio']}", flush=True)
-        print("[bench] 3/3 flat cost + peer", flush=True)
-        res["flat"] = case_flat_and_peer(work, a.history, a.small_events, [1, 10, 50, 100])
+        date = res["date"]
+        if "small" in cases:
+            print("[bench] small increment", flush=True)
+            res["small"] = case_small(work, a.small_events, reps, base_events=5 * a.small_events)
+            print(f"[bench]   ratio {res['small']['ratio']}", flush=True)
+        if "large" in cases:
+            print("[bench] large batch", flush=True)
+            res["large"] = case_large(work, a.large_events, a.large_files, reps)
+            print(f"[bench]   ratio {res['large']['ratio']}", flush=True)
+        if "flat" in cases:
+            print("[bench] flat cost + peer", flush=True)
+            res["flat"] = case_flat_and_peer(work, a.history, a.small_events, [1, 10, 50, 100])
+        if "enrich" in cases:
+            print("[bench] enrichment: small increment + large batch", flush=True)
+            res["enrich"] = be.case_enrich(work, a.small_events, a.large_events, reps, _wall,
+                                           [SPARK_SUBMIT, *COMMON_CONF])
+            print(f"[bench]   ratios {res['enrich']['small']['ratio']} / "
+                  f"{res['enrich']['large']['ratio']}", flush=True)
+        for c in cases:
+            res[c]["date"] = date
         res["loadavg"] = [round(x, 2) for x in os.getloadavg()]
         res["seconds"] = round(time.time() - t0, 1)
-    out.mkdir(parents=True, exist_ok=True)
-    pngs = plots(res, out / "img")
-    (out / "benchmarks.md").write_text(report(res, pngs), encoding="utf-8")
     results = (HERE / "results") if not a.quick else out
+    previous = results / "bench.json"
+    if set(cases) != set(CASES) and previous.exists():  # keep the other cases' last figures
+        last = json.loads(previous.read_text())
+        kept = {c: {"date": last.get("date"), **v} for c, v in last.items() if c in CASES}
+        res = {**kept, **res}
+        if not cases:  # report only: the load of the last measuring run
+            res["loadavg"] = last.get("loadavg")
+    missing = [c for c in CASES if c not in res]
+    if missing:
+        raise SystemExit(f"no figures for {missing}: run them (--cases) before a report")
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = br.plots(res, out / "img")
+    (out / "benchmarks.md").write_text(br.report(res, pngs), encoding="utf-8")
     results.mkdir(parents=True, exist_ok=True)
     (results / "bench.json").write_text(json.dumps(res, indent=2), encoding="utf-8")
     print(f"[bench] done in {res['seconds']} s: {out / 'benchmarks.md'}", flush=True)

@@ -51,7 +51,9 @@ from deltalake import DeltaTable
 root = Path(sys.argv[1])
 for t in sorted(p for p in root.iterdir() if (p / "_delta_log").is_dir()):
     dt = DeltaTable(str(t))
-    print(f"[demo]   {t.name:<14} version {dt.version():>3}  rows {dt.to_pyarrow_table().num_rows:>6}")
+    # single-threaded scan: deltalake's threaded to_pyarrow_table can abort the process at exit
+    rows = dt.to_pyarrow_dataset().to_table(use_threads=False).num_rows
+    print(f"[demo]   {t.name:<14} version {dt.version():>3}  rows {rows:>6}")
 PYEOF
 
 if [ "$FORMAT" = maxwell ] && [ "${NO_ENRICH:-0}" != 1 ]; then

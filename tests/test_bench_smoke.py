@@ -13,16 +13,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow  # ~4 min of spark-submits: over the CI budget; `make bench-quick` runs it
+@pytest.mark.slow  # ~6 min of spark-submits: over the CI budget; `make bench-quick` runs it
 def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench.py"), "--quick", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = (tmp_path / "benchmarks.md").read_text()
-    for case in ("small increment", "large batch", "flat cost", "peer"):
+    for case in ("small increment", "large batch", "flat cost", "peer",
+                 "enrichment: small increment", "enrichment: large batch"):
         assert f"| {case} |" in report
     assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-ratios.png").stat().st_size > 1000
     res = json.loads((tmp_path / "bench.json").read_text())
     assert res["large"]["events"] == 4000 and len(res["flat"]["run_s"]) == 5
     assert res["small"]["median_count_s"] > 0 and res["large"]["median_scan_s"] > 0
+    assert res["enrich"]["large"]["events"] == 4000 and res["enrich"]["small"]["median_job_s"] > 0
+    assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"

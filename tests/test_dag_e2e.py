@@ -284,6 +284,11 @@ def test_format_summary():
 # --------------------------------------------------------------------------- real spark-submit
 
 
+# Slow tier (~50 s): the same real path (DAG -> operator -> spark-submit -> job -> Delta, a
+# repeated run writing nothing) runs in the default tier through a real Airflow scheduler
+# (test_airflow_live: trigger with conf, sequential idempotent backfill) and on a standalone
+# cluster (test_spark_cluster); this one adds dag.test() as the entry point.
+@pytest.mark.slow
 @pytest.mark.skipif(not JOB.is_file(), reason=f"needs the Spark job {JOB} (not written yet)")
 def test_real_spark_submit_writes_delta_and_repeats_idempotently(monkeypatch, tmp_path, airflow_db):
     from deltalake import DeltaTable

@@ -125,6 +125,29 @@ def test_empty_source_commits_nothing(spark, engine, tmp_path):
     assert engine.version(path) == v
 
 
+def test_compute_many_sources_then_write_each(spark, engine, tmp_path):
+    """Sources computed together (delta-rs: one Spark job) write exactly what the frames hold:
+    different schemas, NOT NULL columns, timestamps, decimals, an empty frame, nulls."""
+    ts = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+    a = _df(spark, [(1, "a", Decimal("1.50"), "1"), (2, None, None, "1")]).where("id IS NOT NULL")
+    b = spark.createDataFrame([(7, ts, date(2024, 1, 2))], "k bigint NOT NULL, at timestamp, d date")
+    empty = _df(spark, [])
+    sources = engine.compute({"a": a, "b": b, "empty": empty})
+    assert set(sources) == {"a", "b", "empty"}
+    r = engine.merge(str(tmp_path / "a"), sources["a"], MergeSpec(on=("id",)).when_not_matched_insert_all(),
+                     txn=Txn("c", 0))
+    assert r.inserted == 2
+    assert [(x["id"], x["name"], x["amount"]) for x in _rows(engine, str(tmp_path / "a"))] == \
+        [(1, "a", Decimal("1.50")), (2, None, None)]
+    engine.append(str(tmp_path / "b"), sources["b"], txn=Txn("c", 0))
+    from reference_model import read_delta_rows
+
+    (row,) = read_delta_rows(str(tmp_path / "b"))
+    assert (row["k"], row["at"].replace(tzinfo=timezone.utc), row["d"]) == (7, ts, date(2024, 1, 2))
+    assert engine.merge(str(tmp_path / "e"), sources["empty"], SPEC, txn=Txn("c", 0)).version is None
+    assert engine.frame(sources["a"]).count() == 2  # usable again as a DataFrame
+
+
 def test_replace_is_one_commit_and_history_keeps_old_version(spark, engine, tmp_path):
     path = str(tmp_path / "t")
     engine.merge(path, _df(spark, [(1, "a", None, "1"), (2, "b", None, "1")]), SPEC, txn=Txn("a", 0))

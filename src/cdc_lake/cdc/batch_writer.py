@@ -1,9 +1,12 @@
 """``foreachBatch`` handler: one parsed micro-batch -> every configured table, exactly once.
 
-Per batch: route events to tables, discover columns/types, send unusable rows to quarantine,
-record DDL, then MERGE each table. Every write carries ``Txn(app_id, batch_id)``; when Spark
-replays a batch after a crash (offset logged, commit not), writes that already landed are
-skipped table by table, and the rest are done — so all tables converge, none twice.
+Per batch: one survey (counts, column types) routes events to tables; then every write's source
+(quarantine rows, DDL rows, each table's and tombstone table's MERGE source) is planned and
+computed together (:meth:`Engine.compute`: delta-rs gets them all from one Spark job), then
+written: side tables first, then each table. Every write carries ``Txn(app_id, batch_id)``;
+when Spark replays a batch after a crash (offset logged, commit not), writes that already
+landed are skipped table by table (their sources are not even computed), and the rest are
+done — so all tables converge, none twice.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from cdc_lake.cdc.widening import widen
 from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
                                    parse_object_schema, resolve, variant_path)
 from cdc_lake.config import PipelineConfig
-from cdc_lake.engines import Engine, Txn, WriteResult
+from cdc_lake.engines import Engine, Source, Txn, WriteResult
 
 UNKNOWN = "__unknown__"
 IGNORED = "__ignored__"
@@ -222,22 +225,44 @@ class BatchWriter:
         return self.engine.schema(path)
 
     # -- writes --------------------------------------------------------------------------------
-    def _write_table(self, plan: ch.TablePlan, changes: DataFrame, txn: Txn,
-                     existing: StructType | None) -> WriteResult:
+    def _table_frames(self, plan: ch.TablePlan, changes: DataFrame, txn: Txn,
+                      existing: StructType | None) -> dict[str, DataFrame]:
+        """The MERGE sources of one table (and its tombstones) not yet committed for ``txn``.
+
+        Widens the table first when the batch needs it (a write of its own, before the sources
+        are aligned to the new schema).
+        """
         path = str(self.targets.tables[plan.name])
-        if plan.widen and not self.engine.already_committed(path, txn):
+        pending_table = not self.engine.already_committed(path, txn)
+        if plan.widen and pending_table:
             existing = self._widen(plan, existing)
         if plan.scd == 2:
+            if not pending_table:
+                return {}
             rows = ch.scd2_rows(changes, plan.keys, self.engine.read(path))
-            return self.engine.merge(path, align(rows, existing), ch.scd2_spec(plan.keys), txn=txn)
+            return {"table": align(rows, existing)}
         tomb_path = str(self.targets.tombstones[plan.name])
-        source = ch.scd1_source(changes, plan.keys, self.engine.read(tomb_path)).persist()
-        try:
-            result = self.engine.merge(path, align(source, existing), ch.scd1_spec(plan.keys), txn=txn)
-            self.engine.merge(tomb_path, ch.tombstone_source(source, plan.keys),
+        pending_tomb = not self.engine.already_committed(tomb_path, txn)
+        if not (pending_table or pending_tomb):
+            return {}
+        source = ch.scd1_source(changes, plan.keys, self.engine.read(tomb_path))
+        frames = {}
+        if pending_table:
+            frames["table"] = align(source, existing)
+        if pending_tomb:
+            frames["tombstones"] = ch.tombstone_source(source, plan.keys)
+        return frames
+
+    def _write_table(self, plan: ch.TablePlan, sources: dict[str, Source], txn: Txn) -> WriteResult:
+        path = str(self.targets.tables[plan.name])
+        spec = ch.scd2_spec(plan.keys) if plan.scd == 2 else ch.scd1_spec(plan.keys)
+        if "table" in sources:
+            result = self.engine.merge(path, sources["table"], spec, txn=txn)
+        else:  # an earlier attempt of this batch committed it (a replay after a crash)
+            result = WriteResult(True, self.engine.version(path))
+        if "tombstones" in sources:
+            self.engine.merge(str(self.targets.tombstones[plan.name]), sources["tombstones"],
                               ch.tombstone_spec(plan.keys), txn=txn)
-        finally:
-            source.unpersist()
         return result
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -312,12 +337,23 @@ class BatchWriter:
             work.append((plan, changes, existing[name]))
             self._cached.append(cached)
 
+        # Every source of this batch's writes, computed together (delta-rs: one Spark job).
+        frames: dict[str, DataFrame] = {}
         if self.targets.write_side_tables:
-            self._write_side_tables(ev, rejected_parts, n_ddl, batch_id, txn)
+            frames.update(self._side_frames(ev, rejected_parts, n_ddl, batch_id, txn))
+        for plan, changes, existing in work:
+            for part, df in self._table_frames(plan, changes, txn, existing).items():
+                frames[f"{part}:{plan.name}"] = df
+        sources = self.engine.compute(frames)
+        phases.mark("compute")
+        if self.targets.write_side_tables:
+            self._write_side_tables(sources, txn)
             phases.mark("quarantine+ddl")
         _crash_point("after_side_tables")
-        for plan, changes, existing in work:
-            result = self._write_table(plan, changes, txn, existing)
+        for plan, _, _ in work:
+            result = self._write_table(plan, {part: sources[f"{part}:{plan.name}"]
+                                              for part in ("table", "tombstones")
+                                              if f"{part}:{plan.name}" in sources}, txn)
             st = self.stats.tables.setdefault(plan.name, TableStats())
             st.skipped_batches += int(result.skipped)
             st.inserted += result.inserted
@@ -328,33 +364,44 @@ class BatchWriter:
             _crash_point(f"after_table:{plan.name}")
         print(f"[cdc] batch {batch_id}: " + ", ".join(phases.parts), flush=True)
 
-    def _write_side_tables(self, ev: DataFrame, rejected_parts: list[DataFrame], n_ddl: int,
-                           batch_id: int, txn: Txn) -> None:
-        """Quarantine + DDL log: fixed schemas, created up front; appends idempotent by key."""
-        if rejected_parts:  # (also materializes every table's decoded cache, in one job)
+    def _side_frames(self, ev: DataFrame, rejected_parts: list[DataFrame], n_ddl: int,
+                     batch_id: int, txn: Txn) -> dict[str, DataFrame]:
+        """Rows for the quarantine and the DDL log (only where this batch has not written yet)."""
+        frames: dict[str, DataFrame] = {}
+        q_path, d_path = str(self.cfg.quarantine_path), str(self.cfg.ddl_log_path)
+        if rejected_parts and not self.engine.already_committed(q_path, txn):
             rejected = rejected_parts[0]
             for part in rejected_parts[1:]:
                 rejected = rejected.unionByName(part)
-            quarantine = rejected.select(
+            frames["side:quarantine"] = side.conform(rejected.select(
                 F.col("_file").alias("source_file"), F.col("_line").alias("raw_line"), "reason",
                 "source_table", F.lit(self.cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
-                F.current_timestamp().alias("quarantined_at"))
-            q = self._side_append(str(self.cfg.quarantine_path), quarantine, side.QUARANTINE, txn)
+                F.current_timestamp().alias("quarantined_at")), side.QUARANTINE)
+        if n_ddl and not self.engine.already_committed(d_path, txn):
+            # (the survey counted DDL events: otherwise an empty append would commit nothing)
+            frames["side:ddl"] = side.conform(ev.where(
+                (F.col("_kind") == "ddl") & F.col("_error").isNull()).select(
+                F.col("db").alias("database"), F.col("tbl").alias("table"), "ddl_type",
+                F.col("ddl_sql").alias("sql"), F.col("seq").alias("_cdc_seq"),
+                F.col("commit_ts").alias("_cdc_commit_ts"), F.col("_file").alias("source_file"),
+                F.lit(self.cfg.name).alias("pipeline"), F.lit(self.run_id).alias("run_id")),
+                side.DDL_LOG)
+        return frames
+
+    def _write_side_tables(self, sources: dict[str, Source], txn: Txn) -> None:
+        """Quarantine + DDL log: fixed schemas, created up front; appends idempotent by key."""
+        if "side:quarantine" in sources:
+            q = self._side_append(str(self.cfg.quarantine_path), sources["side:quarantine"],
+                                  side.QUARANTINE, txn)
             self.stats.quarantined += int(q.metrics.get("num_added_rows", 0))
             self.stats.quarantine_version = q.version
-        if not n_ddl:  # the survey counted none: an empty append commits nothing anyway
-            return
-        ddl = ev.where((F.col("_kind") == "ddl") & F.col("_error").isNull()).select(
-            F.col("db").alias("database"), F.col("tbl").alias("table"), "ddl_type",
-            F.col("ddl_sql").alias("sql"), F.col("seq").alias("_cdc_seq"),
-            F.col("commit_ts").alias("_cdc_commit_ts"), F.col("_file").alias("source_file"),
-            F.lit(self.cfg.name).alias("pipeline"), F.lit(self.run_id).alias("run_id"))
-        d = self._side_append(str(self.cfg.ddl_log_path), ddl, side.DDL_LOG, txn)
-        self.stats.ddl_events += int(d.metrics.get("num_added_rows", 0))
-        self.stats.ddl_log_version = d.version
+        if "side:ddl" in sources:
+            d = self._side_append(str(self.cfg.ddl_log_path), sources["side:ddl"], side.DDL_LOG, txn)
+            self.stats.ddl_events += int(d.metrics.get("num_added_rows", 0))
+            self.stats.ddl_log_version = d.version
 
-    def _side_append(self, path: str, rows: DataFrame, table: side.SideTable, txn: Txn) -> WriteResult:
+    def _side_append(self, path: str, rows: Source, table: side.SideTable, txn: Txn) -> WriteResult:
         if path not in self._side_ready:
             side.ensure(self.engine, path, table)
             self._side_ready.add(path)

@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (LongType, StringType, StructField, StructType, TimestampType)
 
-from cdc_lake.engines import Engine, Txn, WriteResult
+from cdc_lake.engines import Engine, Source, Txn, WriteResult
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,16 @@ def _key(table: SideTable) -> Column:
     return F.sha2(F.concat_ws("\u0001", *parts), 256)
 
 
-def append_new(engine: Engine, path: str, rows: DataFrame, table: SideTable, *, txn: Txn) -> WriteResult:
-    """Append the rows of ``rows`` the table does not hold yet (by natural key), under ``txn``."""
+def append_new(engine: Engine, path: str, rows: Source, table: SideTable, *, txn: Txn) -> WriteResult:
+    """Append the rows of ``rows`` the table does not hold yet (by natural key), under ``txn``.
+
+    ``rows`` may be computed already (:meth:`Engine.compute`): none -> no Spark work at all.
+    """
     if engine.already_committed(path, txn):
         return WriteResult(True, engine.version(path))
-    rows = conform(rows, table)
+    if engine.known_empty(rows):
+        return WriteResult(False, engine.version(path))
+    rows = conform(engine.frame(rows), table)
     numbered = rows.withColumn("__k", _key(table)).withColumn(
         "__n", F.row_number().over(Window.partitionBy("__k").orderBy(F.lit(1))))
     existing = engine.read(path)

@@ -76,8 +76,10 @@ def write_snapshots(out: Path, p: SnapshotPlan, start: date, days: int, first_in
 def _column(table: Path, col: str) -> list[int]:
     from deltalake import DeltaTable
 
-    return [int(v) for v in DeltaTable(str(table)).to_pyarrow_table(columns=[col]).column(col).to_pylist()
-            if v is not None]
+    # single-threaded scan: deltalake 1.6.6's threaded `to_pyarrow_table` aborts this process at
+    # exit on this machine ("terminate called without an active exception")
+    data = DeltaTable(str(table)).to_pyarrow_dataset().to_table(columns=[col], use_threads=False)
+    return [int(v) for v in data.column(col).to_pylist() if v is not None]
 
 
 def main(argv: list[str] | None = None) -> int:

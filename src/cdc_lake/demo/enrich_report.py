@@ -20,7 +20,8 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
     if not (path / "_delta_log").is_dir():
         return []
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    # single-threaded scan: see cdc_lake.demo.categories._column (abort at exit otherwise)
+    return DeltaTable(str(path)).to_pyarrow_dataset().to_table(use_threads=False).to_pylist()
 
 
 def _dim_version(row: dict[str, Any], dim: str) -> Any:

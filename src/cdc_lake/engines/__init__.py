@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from cdc_lake.engines.base import Engine, MergeClause, MergeSpec, Txn, WriteResult
+from cdc_lake.engines.base import Computed, Engine, MergeClause, MergeSpec, Source, Txn, WriteResult
 from cdc_lake.engines.deltalake_engine import DeltaRsEngine
 from cdc_lake.engines.delta_spark_engine import DeltaSparkEngine
 
-__all__ = ["Engine", "MergeClause", "MergeSpec", "Txn", "WriteResult", "select_engine",
-           "delta_spark_available", "DeltaRsEngine", "DeltaSparkEngine"]
+__all__ = ["Computed", "Source", "Engine", "MergeClause", "MergeSpec", "Txn", "WriteResult",
+           "select_engine", "delta_spark_available", "DeltaRsEngine", "DeltaSparkEngine"]
 
 
 class EngineUnavailable(RuntimeError):

@@ -12,6 +12,13 @@ Example::
         .when_matched_update_all("s._cdc_seq > t._cdc_seq").when_not_matched_insert_all()
     result = engine.merge("/lake/orders", batch_df, spec, txn=Txn("cdc-shop-4f1c", 12))
     result.skipped, result.version, result.metrics
+
+A job that writes several tables per micro-batch asks the engine to compute all their sources
+first (:meth:`Engine.compute`): delta-rs gets them from one Spark job, delta-spark keeps them
+as DataFrames (its MERGE runs inside Spark anyway)::
+
+    sources = engine.compute({"orders": orders_df, "customers": customers_df})
+    engine.merge("/lake/orders", sources["orders"], spec, txn=txn)
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -88,6 +96,17 @@ class WriteResult:
         return int(self.metrics.get("num_target_rows_deleted", 0) or 0)
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A write source already computed on the driver (Arrow), with its Spark schema."""
+
+    data: pa.Table
+    schema: StructType
+
+
+Source = DataFrame | Computed
+
+
 class Engine(ABC):
     """One Delta implementation. Paths are local paths or URIs understood by the engine."""
 
@@ -119,10 +138,10 @@ class Engine(ABC):
         """Create an empty table if none exists (no-op otherwise)."""
 
     @abstractmethod
-    def _merge(self, path: str, source: DataFrame, spec: MergeSpec, txn: Txn) -> WriteResult: ...
+    def _merge(self, path: str, source: Source, spec: MergeSpec, txn: Txn) -> WriteResult: ...
 
     @abstractmethod
-    def _append(self, path: str, df: DataFrame, txn: Txn) -> WriteResult: ...
+    def _append(self, path: str, df: Source, txn: Txn) -> WriteResult: ...
 
     @abstractmethod
     def replace(self, path: str, df: DataFrame) -> WriteResult:
@@ -130,6 +149,24 @@ class Engine(ABC):
 
     @abstractmethod
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]: ...
+
+    def compute(self, frames: dict[str, DataFrame]) -> dict[str, Source]:
+        """Compute several write sources ahead of their writes; pass the results to ``merge``.
+
+        Default: the frames unchanged (each is computed by its own write).
+        """
+        return dict(frames)
+
+    def frame(self, source: Source) -> DataFrame:
+        """A source as a Spark DataFrame (for further Spark work on a computed one)."""
+        if isinstance(source, Computed):
+            return self.spark.createDataFrame(source.data, source.schema)
+        return source
+
+    @staticmethod
+    def known_empty(source: Source) -> bool:
+        """True when the source is computed and has no rows (a DataFrame: not known, False)."""
+        return isinstance(source, Computed) and source.data.num_rows == 0
 
     def widen(self, path: str, types: dict[str, str]) -> WriteResult:
         """Change column types to wider ones that hold every stored value exactly.
@@ -148,7 +185,7 @@ class Engine(ABC):
         last = self.txn_version(path, txn.app_id) if self.exists(path) else None
         return last is not None and last >= txn.version
 
-    def merge(self, path: str, source: DataFrame, spec: MergeSpec, *, txn: Txn) -> WriteResult:
+    def merge(self, path: str, source: Source, spec: MergeSpec, *, txn: Txn) -> WriteResult:
         """Idempotent MERGE of a micro-batch; creates the table from the source schema if absent.
 
         An empty source commits nothing.
@@ -157,7 +194,7 @@ class Engine(ABC):
             return WriteResult(True, self.version(path))
         return self._merge(path, source, spec, txn)
 
-    def append(self, path: str, df: DataFrame, *, txn: Txn) -> WriteResult:
+    def append(self, path: str, df: Source, *, txn: Txn) -> WriteResult:
         """Idempotent append; creates the table if absent. An empty frame commits nothing."""
         if self.already_committed(path, txn):
             return WriteResult(True, self.version(path))

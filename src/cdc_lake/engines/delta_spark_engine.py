@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdc_lake.engines.base import Engine, MergeSpec, Txn, WriteResult
+from cdc_lake.engines.base import Engine, MergeSpec, Source, Txn, WriteResult
 
 _TXN_CONF_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_CONF_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -88,7 +88,8 @@ class DeltaSparkEngine(Engine):
         (self._delta_table().createIfNotExists(self.spark).location(path)
          .addColumns(schema).property(*CDF_PROPERTY).execute())
 
-    def _merge(self, path: str, source: DataFrame, spec: MergeSpec, txn: Txn) -> WriteResult:
+    def _merge(self, path: str, source: Source, spec: MergeSpec, txn: Txn) -> WriteResult:
+        source = self.frame(source)
         if source.isEmpty():
             return WriteResult(False, self.version(path))
         if not self.exists(path):
@@ -121,7 +122,8 @@ class DeltaSparkEngine(Engine):
                        "num_target_rows_deleted": d.get("num_deleted_rows", 0)}
         return WriteResult(False, self.version(path), metrics)
 
-    def _append(self, path: str, df: DataFrame, txn: Txn) -> WriteResult:
+    def _append(self, path: str, df: Source, txn: Txn) -> WriteResult:
+        df = self.frame(df)
         n = df.count()
         if n == 0:
             return WriteResult(False, self.version(path))

@@ -5,6 +5,10 @@ delta-rs; no row-by-row Python. delta-rs records ``app_transactions`` but does n
 repeated version, so :meth:`Engine.merge`/``append`` check ``transaction_version`` first; the
 pipeline lock guarantees nobody commits between that check and the write.
 
+Several sources of one micro-batch (:meth:`DeltaRsEngine.compute`) come from one Spark job:
+each frame becomes a struct column of a union, collected once and split again in Arrow — one
+plan, one job, instead of one job (planning, scheduling, result transfer) per table.
+
 Reads hand Spark the snapshot's own Parquet files (``file_uris``) with the Delta schema, so
 large tables are read in parallel by executors rather than through the driver; tables using
 deletion vectors or column mapping fall back to an Arrow read.
@@ -15,13 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
-from cdc_lake.engines.base import Engine, MergeSpec, Txn, WriteResult
+from cdc_lake.engines.base import Computed, Engine, MergeSpec, Source, Txn, WriteResult
 
 _UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
 # Every table this engine creates records a change feed (read by cdc_lake.sources.change_feed).
@@ -75,7 +81,32 @@ class DeltaRsEngine(Engine):
     def _commit(self, txn: Txn) -> CommitProperties:
         return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)])
 
-    def _merge(self, path: str, source: DataFrame, spec: MergeSpec, txn: Txn) -> WriteResult:
+    def compute(self, frames: dict[str, DataFrame]) -> dict[str, Source]:
+        """All ``frames`` in one Spark job, as Arrow tables (see the module docstring)."""
+        names = list(frames)
+        if len(names) <= 1:
+            return {n: Computed(_to_arrow(df), df.schema) for n, df in frames.items()}
+        packed = None
+        for i, n in enumerate(names):
+            df = frames[n]
+            # nullable fields: in the other frames' rows the whole struct is null
+            nullable = StructType([StructField(f.name, f.dataType, True) for f in df.schema.fields])
+            part = df.select(F.lit(i).alias("__part"), F.struct(
+                *[F.col(f"`{c}`") for c in df.columns]).cast(nullable).alias(f"__p{i}"))
+            packed = part if packed is None else packed.unionByName(part, allowMissingColumns=True)
+        assert packed is not None
+        # one task per core for the final stage: its partitions are many and mostly tiny
+        data = packed.coalesce(self.spark.sparkContext.defaultParallelism).toArrow()
+        which = data.column("__part")
+        out: dict[str, Source] = {}
+        for i, n in enumerate(names):
+            schema = frames[n].schema
+            column = data.column(f"__p{i}").filter(pc.equal(which, i))
+            table = pa.Table.from_arrays(column.flatten(), names=schema.fieldNames())
+            out[n] = Computed(table.cast(_arrow_schema(schema)), schema)
+        return out
+
+    def _merge(self, path: str, source: Source, spec: MergeSpec, txn: Txn) -> WriteResult:
         data = _to_arrow(source)
         if data.num_rows == 0:
             return WriteResult(False, self.version(path))
@@ -100,7 +131,7 @@ class DeltaRsEngine(Engine):
         metrics = merger.execute()
         return WriteResult(False, DeltaTable(path).version(), dict(metrics))
 
-    def _append(self, path: str, df: DataFrame, txn: Txn) -> WriteResult:
+    def _append(self, path: str, df: Source, txn: Txn) -> WriteResult:
         data = _to_arrow(df)
         if data.num_rows == 0:
             return WriteResult(False, self.version(path))
@@ -141,7 +172,9 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def _to_arrow(df: DataFrame) -> pa.Table:
+def _to_arrow(df: Source) -> pa.Table:
+    if isinstance(df, Computed):
+        return df.data
     table = df.toArrow()
     # Spark labels timestamps with the session zone; Delta timestamps are UTC instants.
     return table.cast(_arrow_schema(df.schema)) if table.num_columns else table

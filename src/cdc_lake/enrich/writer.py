@@ -3,9 +3,10 @@
 Per batch: pin the plan (dimension versions, batch start, own tables' versions; see
 :mod:`cdc_lake.enrich.plan`), normalize the fact changes (latest per key), join the new
 versions, the parked facts and the restatement candidates to the dimensions, decide each one's
-fate (:mod:`cdc_lake.enrich.pending`), then write in this order, each write idempotent per
-``Txn(f"enrich-{pipeline}-{instance}-{table}", batch_id)``: ``enriched``, ``pending``,
-``aggregate:<name>`` ..., ``quarantine``, ``manifest``. A replay after a crash skips the tables
+fate (:mod:`cdc_lake.enrich.pending`), compute every output's source together
+(:meth:`Engine.compute`: one Spark job with delta-rs), then write in this order, each write
+idempotent per ``Txn(f"enrich-{pipeline}-{instance}-{table}", batch_id)``: ``enriched``,
+``pending``, ``aggregate:<name>`` ..., ``quarantine``, ``manifest``. A replay after a crash skips the tables
 already committed and writes the rest from the same plan, so no aggregate counts twice.
 
 Example (what the streaming query calls; tests call it on static DataFrames too)::
@@ -32,7 +33,7 @@ from pyspark.sql.window import Window
 
 from cdc_lake.cdc.batch_writer import CRASH_ENV, align
 from cdc_lake.checkpoint_log import batch_watermark_ms
-from cdc_lake.engines import Engine, MergeSpec, Txn
+from cdc_lake.engines import Engine, MergeSpec, Txn, WriteResult
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import pending as pd
 from cdc_lake.enrich.config import EnrichConfig
@@ -226,49 +227,61 @@ class EnrichBatch:
         if dels is not None:
             self.stats.enriched_deleted += enriched_src.where("_enriched_batch IS NULL").count()
 
-        # 1. enriched
-        self._merge("enriched", cfg.outputs.enriched, enriched_src, MergeSpec(on=self.keys)
-                    .when_matched_delete("s._enriched_batch IS NULL")
-                    .when_matched_update_all("s._enriched_batch IS NOT NULL")
-                    .when_not_matched_insert_all("s._enriched_batch IS NOT NULL"), batch_id)
-        # 2. pending
+        # Every output's source, planned first and computed together (delta-rs: one Spark job);
+        # then the writes, in their fixed order.
+        enriched_spec = (MergeSpec(on=self.keys)
+                         .when_matched_delete("s._enriched_batch IS NULL")
+                         .when_matched_update_all("s._enriched_batch IS NOT NULL")
+                         .when_not_matched_insert_all("s._enriched_batch IS NOT NULL"))
         pend_src = _no_void(pd.pending_changes(fated, deletes, pending0, self.keys, all_fact_cols))
-        self._merge("pending", cfg.outputs.pending, pend_src, MergeSpec(on=self.keys)
-                    .when_matched_delete("s._parked_at IS NULL")
-                    .when_matched_update_all("s._parked_at IS NOT NULL")
-                    .when_not_matched_insert_all("s._parked_at IS NOT NULL"), batch_id)
-        # 3. aggregates: old contribution = the enriched rows this batch replaces or deletes
+        pending_spec = (MergeSpec(on=self.keys)
+                        .when_matched_delete("s._parked_at IS NULL")
+                        .when_matched_update_all("s._parked_at IS NOT NULL")
+                        .when_not_matched_insert_all("s._parked_at IS NOT NULL"))
+        # aggregates: old contribution = the enriched rows this batch replaces or deletes
         old = None if enriched0 is None else enriched0.join(enriched_src.select(*k), k, "left_semi")
+        writes: list[tuple[str, Any, DataFrame, MergeSpec | None]] = [
+            ("enriched", cfg.outputs.enriched, enriched_src, enriched_spec),
+            ("pending", cfg.outputs.pending, pend_src, pending_spec)]
         for a in cfg.outputs.aggregates:
             agg_mod.check_columns(upserts, a, str(cfg.file))
             deltas = agg_mod.aggregate_deltas(old, upserts, a, cfg.event_time)
             target = self.engine.schema(str(a.path))
             types = {f.name: f.dataType.simpleString() for f in target.fields} if target else {}
-            result = self._merge(f"aggregate:{a.name}", a.path, deltas,
-                                 agg_mod.merge_spec(a, types), batch_id)
-            self.stats.aggregate_rows_touched += result.inserted + result.updated + result.deleted
-        # 4. quarantine
+            writes.append((f"aggregate:{a.name}", a.path, deltas, agg_mod.merge_spec(a, types)))
         if n_bad:
             self.stats.quarantined += n_bad
-            q = norm.where("_bad").select(
+            writes.append(("quarantine", cfg.outputs.quarantine, norm.where("_bad").select(
                 F.lit(cfg.fact.label).alias("source_file"),
                 F.to_json(F.struct(*[F.col(f"`{c}`") for c in all_fact_cols if c in norm.columns]))
                 .alias("raw_line"),
                 F.col("_reason").alias("reason"),
                 F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
-                F.current_timestamp().alias("quarantined_at"))
-            self._append("quarantine", cfg.outputs.quarantine, q, batch_id)
-        else:
-            crash_point("enrich:after:quarantine")
-        # 5. manifest
+                F.current_timestamp().alias("quarantined_at")), None))
         manifest = self.engine.spark.createDataFrame(
             [(cfg.name, batch_id, self.run_id, plan.started_at, dim_versions,
               plan.versions.get("enriched"), plan.versions.get("pending"))],
             "pipeline string, batch_id bigint, run_id string, batch_started_at timestamp, "
             "dimension_versions map<string,bigint>, enriched_version_before bigint, "
             "pending_version_before bigint")
-        self._append("manifest", cfg.outputs.manifest, manifest, batch_id)
+        writes.append(("manifest", cfg.outputs.manifest, manifest, None))
+        frames = {table: self._prepare(table, path, df, spec, batch_id)
+                  for table, path, df, spec in writes}
+        sources = self.engine.compute({t: f for t, f in frames.items() if f is not None})
+        for table, path, _, spec in writes:
+            if table == "manifest" and not n_bad:
+                crash_point("enrich:after:quarantine")  # (the kill point exists in every batch)
+            txn = self.txn(table, batch_id)
+            if table not in sources:  # committed by an earlier attempt of this batch
+                result = WriteResult(True, self.engine.version(str(path)))
+            elif spec is None:
+                result = self.engine.append(str(path), sources[table], txn=txn)
+            else:
+                result = self.engine.merge(str(path), sources[table], spec, txn=txn)
+            if table.startswith("aggregate:"):
+                self.stats.aggregate_rows_touched += result.inserted + result.updated + result.deleted
+            self._done(table, result)
         print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}", flush=True)
 
     def _count_fates(self, fates: dict[str, int]) -> None:
@@ -278,19 +291,19 @@ class EnrichBatch:
         s.released_unknown += fates.get("unknown", 0)
         s.restated += fates.get("restate", 0)
 
-    def _merge(self, table: str, path: Any, source: DataFrame, spec: MergeSpec, batch_id: int) -> Any:
+    def _prepare(self, table: str, path: Any, source: DataFrame, spec: MergeSpec | None,
+                 batch_id: int) -> DataFrame | None:
+        """The write's source, aligned to its table (created all-nullable when absent, for a
+        MERGE: delete markers carry nulls); None when this batch already committed it."""
+        if self.engine.already_committed(str(path), self.txn(table, batch_id)):
+            return None
+        if spec is None:
+            return source
         existing = self.engine.schema(str(path))
-        if existing is None:  # create it all-nullable: delete markers carry nulls
+        if existing is None:
             self.engine.create(str(path), _nullable(source.schema))
             existing = self.engine.schema(str(path))
-        result = self.engine.merge(str(path), align(source, existing), spec,
-                                   txn=self.txn(table, batch_id))
-        self._done(table, result)
-        return result
-
-    def _append(self, table: str, path: Any, df: DataFrame, batch_id: int) -> None:
-        result = self.engine.append(str(path), df, txn=self.txn(table, batch_id))
-        self._done(table, result)
+        return align(source, existing)
 
     def _done(self, table: str, result: Any) -> None:
         self.stats.skipped_writes += int(result.skipped)

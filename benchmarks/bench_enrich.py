@@ -1,0 +1,140 @@
+"""Enrichment figures for ``bench.py``: the same two ratios as the CDC job, for ``kind: enrich``.
+
+Workload: the shop star of the enrichment tests (``tests/enrich_workload.py``): fact
+``order_items`` joined with ``orders``, ``products``, ``categories`` (SCD1) and ``customers``
+(SCD2), one revenue-per-category-per-day aggregate. Upstream tables are real Delta tables with
+the change data feed on, written with delta-rs.
+
+* small increment — one MERGE commit of ``events`` fact changes (half updates of existing lines,
+  half new lines) on top of an enriched lake; spark-submit wall of ``spark_jobs/enrich.py`` vs. a
+  spark-submit that reads and counts the same commit's change files (``spark.read.parquet``);
+* large batch — a fact table created with ``events`` rows in one commit, enriched into an empty
+  output; spark-submit wall of the job vs. a spark-submit that reads and counts those files.
+
+Both sides are fresh spark-submit processes with the same settings, alternating; median of
+``reps``. Not a test; no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import statistics
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO / "tests"))  # the enrichment tests' workload writer
+
+COUNT_PARQUET = '''
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.appName("bench-count-parquet").getOrCreate()
+print("COUNT", spark.read.parquet(*sys.argv[1:]).count())
+spark.stop()
+'''
+ORDERS, PRODUCTS, CUSTOMERS, LINES_PER_ORDER = 5000, 200, 1000, 4
+
+
+def _commit(table: str, upserts: list[dict[str, Any]], *, create: bool = False) -> Any:
+    import enrich_workload as ew
+    from enrich_reference import Commit
+
+    return Commit(table, ew.MERGE_ON[table], tuple(upserts), (), create)
+
+
+def _dimensions(lake: Path, rng: random.Random) -> None:
+    import enrich_workload as ew
+
+    t0 = ew.T0
+    ew.write_commit(lake, _commit("orders", [
+        {"id": i, "status": "paid", "customer_id": rng.randint(1, CUSTOMERS),
+         "created_at": t0 + timedelta(minutes=i)} for i in range(1, ORDERS + 1)], create=True))
+    ew.write_commit(lake, _commit("products", [
+        {"id": p, "name": f"product {p}"} for p in range(1, PRODUCTS + 1)], create=True))
+    ew.write_commit(lake, _commit("categories", [
+        {"product_id": p, "category": f"cat {p % 12}"} for p in range(1, PRODUCTS + 1)], create=True))
+    ew.write_commit(lake, _commit("customers", [
+        {"id": c, "city": f"city {c % 30}", "_valid_from": t0 - timedelta(days=30),
+         "_valid_to": None, "_is_current": True} for c in range(1, CUSTOMERS + 1)], create=True))
+
+
+def _line(rng: random.Random, order_id: int, line_no: int) -> dict[str, Any]:
+    return {"order_id": order_id, "line_no": line_no, "product_id": rng.randint(1, PRODUCTS),
+            "qty": rng.randint(1, 5), "unit_price": rng.randint(100, 9999)}
+
+
+def _files_of(table: Path, version: int) -> list[str]:
+    """The data files one commit wrote: its change files (``cdc``), else its added files."""
+    actions = [json.loads(x) for x in (table / "_delta_log" / f"{version:020d}.json")
+               .read_text().splitlines() if x.strip()]
+    cdc = [a["cdc"]["path"] for a in actions if "cdc" in a]
+    paths = cdc or [a["add"]["path"] for a in actions if "add" in a]
+    return [str(table / p) for p in paths]
+
+
+def _lake(root: Path, facts: int, seed: int) -> tuple[Path, Path, random.Random]:
+    import enrich_workload as ew
+
+    rng = random.Random(seed)
+    lake, out = root / "upstream", root / "out"
+    _dimensions(lake, rng)
+    rows = [_line(rng, 1 + i // LINES_PER_ORDER % ORDERS, 1 + i // (LINES_PER_ORDER * ORDERS) * 10
+                  + i % LINES_PER_ORDER) for i in range(facts)]
+    ew.write_commit(lake, _commit(ew.FACT, rows, create=True))
+    cfg = ew.model_config(wait_zero=True, max_versions_per_trigger=1000)
+    ew.write_pipeline(root / "enrich.yaml", cfg, lake, out, name="bench_enrich")
+    return lake, root / "enrich.yaml", rng
+
+
+def case_enrich(work: Path, small_events: int, large_events: int, reps: int,
+                wall: Any, submit: list[str]) -> dict[str, Any]:
+    """``wall(cmd, log)`` times one command; ``submit`` is spark-submit with the common confs."""
+    import enrich_workload as ew
+
+    job = [*submit, str(REPO / "spark_jobs" / "enrich.py")]
+    count_py = work / "count_parquet.py"
+    count_py.write_text(COUNT_PARQUET)
+    log = work / "enrich.log"
+
+    # small increment on an enriched lake
+    base = work / "enrich-small"
+    lake, cfg, rng = _lake(base, 4 * small_events, seed=21)
+    wall([*job, "--pipeline", str(cfg), "--run-id", "base"], log)
+    fact = lake / ew.FACT
+    from deltalake import DeltaTable
+
+    job_s, count_s, next_line = [], [], 1000
+    for i in range(reps):
+        half = small_events // 2
+        updates = [_line(rng, 1 + j // LINES_PER_ORDER % ORDERS, 1 + j % LINES_PER_ORDER)
+                   for j in rng.sample(range(4 * small_events), half)]
+        news = [_line(rng, rng.randint(1, ORDERS), next_line + j) for j in range(small_events - half)]
+        next_line += small_events
+        ew.write_commit(lake, _commit(ew.FACT, updates + news))
+        files = _files_of(fact, DeltaTable(str(fact)).version())
+        count_s.append(wall([*submit, str(count_py), *files], log))
+        job_s.append(wall([*job, "--pipeline", str(cfg), "--run-id", f"inc{i}"], log))
+    small = {"events": small_events, "reps": reps, "job_wall_s": job_s, "count_wall_s": count_s,
+             "median_job_s": round(statistics.median(job_s), 2),
+             "median_count_s": round(statistics.median(count_s), 2)}
+    small["ratio"] = round(small["median_job_s"] / small["median_count_s"], 2)
+
+    # large batch into an empty output
+    big = work / "enrich-large"
+    lake, cfg, _ = _lake(big, large_events, seed=22)
+    files = _files_of(lake / ew.FACT, 0)
+    scans, ingests = [], []
+    for i in range(reps):
+        shutil.rmtree(big / "out", ignore_errors=True)
+        scans.append(wall([*submit, str(count_py), *files], log))
+        ingests.append(wall([*job, "--pipeline", str(cfg), "--run-id", f"large{i}"], log))
+    s, j = statistics.median(scans), statistics.median(ingests)
+    large = {"events": large_events, "reps": reps, "scan_wall_s": scans, "job_wall_s": ingests,
+             "median_scan_s": round(s, 2), "median_job_s": round(j, 2), "ratio": round(j / s, 2),
+             "events_per_s": round(large_events / j)}
+    return {"small": small, "large": large}
