@@ -96,7 +96,7 @@ def test_mutated_config_is_accepted_or_named(tmp_path_factory: Any, muts: list) 
     for kind, path, value in muts:
         try:
             _apply(raw, kind, path, value)
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, AttributeError):
             pass  # an earlier mutation removed/replaced the parent: nothing to mutate
     f = tmp_path_factory.mktemp("fz") / "pipeline.yaml"
     f.write_text(json.dumps(raw, default=str), encoding="utf-8")
@@ -124,3 +124,30 @@ def test_random_text_is_a_config_error(tmp_path_factory: Any, text: str) -> None
         assert str(f.resolve()) in str(e) or f.name in str(e), str(e)
     else:  # random text that is a valid pipeline is astronomically unlikely
         raise AssertionError(f"random text accepted as a pipeline: {text!r}")
+
+
+def test_surrogate_escapes_are_joined_or_named(tmp_path: Path) -> None:
+    """Found by the fuzz test in CI: JSON/YAML ``"\\ud800\\udc00"`` escapes reach PyYAML as two
+    surrogates; the pair must become its character, a lone one a ConfigError naming the key."""
+    raw = copy.deepcopy(VALID)
+    raw["source"]["path"] = "\U00010000"  # json.dumps writes it as the escaped pair
+    f = tmp_path / "pipeline.yaml"
+    f.write_text(json.dumps(raw), encoding="utf-8")
+    assert "\\ud800\\udc00" in f.read_text()
+    assert load_pipeline(f).landing_path.name == "\U00010000"
+    f.write_text(json.dumps(raw).replace("\\ud800\\udc00", "\\ud800"), encoding="utf-8")
+    try:
+        load_pipeline(f)
+    except ConfigError as e:
+        assert e.key == "source.path" and "surrogate" in str(e), str(e)
+        str(e).encode("utf-8", "backslashreplace")
+    else:
+        raise AssertionError("a lone surrogate escape was accepted")
+    raw["source"].pop("path")
+    f.write_text(json.dumps(raw).replace('"glob"', '"\\udc00glob"'), encoding="utf-8")
+    try:
+        load_pipeline(f)
+    except ConfigError as e:
+        assert "source.\\udc00glob" in e.key, e.key
+    else:
+        raise AssertionError("a key with a lone surrogate escape was accepted")

@@ -154,6 +154,23 @@ class PipelineConfig:
         return (self.landing_path, self.lake_root, self.checkpoint_path.parent)
 
 
+def _text(value: str, file: Path, key: str) -> str:
+    """``value`` as encodable text: YAML's ``"\\ud800\\udc00"`` escapes stay two surrogates in
+    PyYAML; a pair is joined into its character, a lone surrogate is a :class:`ConfigError`."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        joined = value.encode("utf-16", "surrogatepass").decode("utf-16")
+        joined.encode("utf-8")
+        return joined
+    except UnicodeError:
+        raise ConfigError(file, key, f"{value!r} holds a lone UTF-16 surrogate escape (e.g. \\ud800 "
+                          "without its pair); write the character itself") from None
+
+
 def _expand_env(value: Any, file: Path, key: str) -> Any:
     if isinstance(value, str):
         def repl(m: re.Match[str]) -> str:
@@ -164,9 +181,14 @@ def _expand_env(value: Any, file: Path, key: str) -> Any:
                 return default
             raise ConfigError(file, key, f"environment variable ${{{var}}} is not set "
                               f"(set it or write ${{{var}:-default}})")
-        return _ENV_RE.sub(repl, value)
+        return _text(_ENV_RE.sub(repl, value), file, key)
     if isinstance(value, dict):
-        return {k: _expand_env(v, file, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            printable = k.encode("utf-8", "backslashreplace").decode() if isinstance(k, str) else k
+            sub = f"{key}.{printable}" if key else str(printable)
+            out[_text(k, file, sub) if isinstance(k, str) else k] = _expand_env(v, file, sub)
+        return out
     if isinstance(value, list):
         return [_expand_env(v, file, f"{key}[{i}]") for i, v in enumerate(value)]
     return value
