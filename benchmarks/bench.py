@@ -53,9 +53,12 @@ sys.path.insert(0, str(HERE))
 import bench_enrich as be  # noqa: E402  (enrichment case)
 import bench_report as br  # noqa: E402  (docs/benchmarks.md + plots)
 import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
+from cdc_lake.config import LAUNCH_CONF  # noqa: E402
 
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
-COMMON_CONF = ["--master", "local[2]", "--conf", "spark.sql.session.timeZone=UTC",
+# Both sides get the product's driver JVM options (what the operator passes to spark-submit).
+COMMON_CONF = ["--master", "local[2]", *(a for k, v in LAUNCH_CONF.items() for a in ("--conf", f"{k}={v}")),
+               "--conf", "spark.sql.session.timeZone=UTC",
                "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}"]
 # spark-submit's launcher scripts look up python/java on PATH: the venv first
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

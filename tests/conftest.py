@@ -35,6 +35,9 @@ def _spark_builder():  # type: ignore[no-untyped-def]
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.memory", "2g"))
+    from cdc_lake.config import LAUNCH_CONF  # the product's driver JVM options (C1-only JIT)
+    for k, v in LAUNCH_CONF.items():
+        b = b.config(k, v)
     jars_dir = os.environ.get("CDC_DELTA_JARS_DIR")
     packages = os.environ.get("CDC_DELTA_PACKAGES")
     if jars_dir or packages:

@@ -176,7 +176,7 @@ def test_success_builds_the_command_and_returns_the_summary(monkeypatch, tmp_pat
     assert options[options.index("--master") + 1] == "local[*]"  # no Spark connection defined
     confs = {options[i + 1] for i, a in enumerate(options) if a == "--conf"}
     assert {"spark.sql.session.timeZone=UTC", f"spark.pyspark.python={sys.executable}",
-            "spark.ui.enabled=false"} <= confs
+            "spark.ui.enabled=false", "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1"} <= confs
     assert "--packages" not in options  # engine auto: no JVM Delta packages
     assert options[options.index("--name") + 1] == "cdc_lake-e2e_ok"
 

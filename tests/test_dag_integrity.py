@@ -247,7 +247,8 @@ def test_delta_spark_engine_gets_packages_or_jars(monkeypatch, tmp_path):
     write_pipeline(tmp_path, "with_packages", extra="""\
         engine: {name: delta-spark, delta_spark: {packages: 'io.delta:delta-spark_2.13:4.4.1',
                                                   repositories: 'https://repo.example/maven'}}
-        spark: {conf: {spark.sql.session.timeZone: Europe/Paris, spark.pyspark.python: /opt/py/bin/python}}
+        spark: {conf: {spark.sql.session.timeZone: Europe/Paris, spark.pyspark.python: /opt/py/bin/python,
+                       spark.driver.defaultJavaOptions: ''}}
         """)
     write_pipeline(tmp_path, "with_jars", extra=f"engine: {{name: delta-spark, delta_spark: {{jars_dir: {jars}}}}}\n")
     write_pipeline(tmp_path, "embedded", extra="engine: {name: deltalake}\n")
@@ -260,7 +261,9 @@ def test_delta_spark_engine_gets_packages_or_jars(monkeypatch, tmp_path):
     assert pk.conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert pk.conf["spark.sql.session.timeZone"] == "UTC"  # the tables' timestamps are UTC by contract
     assert pk.conf["spark.pyspark.python"] == "/opt/py/bin/python"  # configured wins over sys.executable
+    assert pk.conf["spark.driver.defaultJavaOptions"] == ""  # configured wins over the C1-only default
     jr = bag.dags["with_jars"].tasks[0]
+    assert jr.conf["spark.driver.defaultJavaOptions"] == "-XX:TieredStopAtLevel=1"
     assert jr.jars == f"{jars / 'delta-spark_2.13-4.4.1.jar'},{jars / 'delta-storage-4.4.1.jar'}"
     assert jr.packages is None
     em = bag.dags["embedded"].tasks[0]

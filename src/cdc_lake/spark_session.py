@@ -12,11 +12,12 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from cdc_lake.config import PipelineConfig
+from cdc_lake.config import LAUNCH_CONF, PipelineConfig
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 BASE_CONF = {
+    **LAUNCH_CONF,
     "spark.sql.session.timeZone": "UTC",
     # PySpark 4 records the Python call site of every Column/function call (three JVM round
     # trips each: thousands per micro-batch, ~2.5 s of a small run). Error messages still name

@@ -48,7 +48,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from cdc_lake.airflow import REPO_ROOT
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.params import RunParams, validate_run_params
-from cdc_lake.config import PipelineConfig
+from cdc_lake.config import LAUNCH_CONF, PipelineConfig
 from cdc_lake.runids import run_summary_path
 
 if TYPE_CHECKING:
@@ -290,6 +290,8 @@ def _build_conf(cfg: PipelineConfig) -> dict[str, str]:
         for key, value in DELTA_SQL_CONF.items():
             conf.setdefault(key, value)
     conf.setdefault("spark.pyspark.python", sys.executable)
+    for key, value in LAUNCH_CONF.items():
+        conf.setdefault(key, value)
     conf["spark.sql.session.timeZone"] = "UTC"  # the Delta tables' timestamps are UTC by contract
     return conf
 
