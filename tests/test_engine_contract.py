@@ -115,6 +115,19 @@ def test_append_idempotent_and_types_preserved(spark, engine, tmp_path):
     assert len(rows) == 1 and rows[0]["at"].replace(tzinfo=timezone.utc) == ts
 
 
+def test_read_arrow_selects_columns_of_rows_in_a_value_list(spark, engine, tmp_path):
+    path = str(tmp_path / "k")
+    assert engine.read_arrow(path, ["id"], where_in=("name", ["a"])) is None
+    engine.append(path, _df(spark, [(1, "a", None, "1"), (2, "b", None, "1"), (3, None, None, "2"),
+                                    (4, "a", None, "3")]), txn=Txn("k", 0))
+    got = engine.read_arrow(path, ["id", "seq"], where_in=("name", ["a", "zz"]))
+    assert got.column_names == ["id", "seq"]
+    assert sorted(got.to_pylist(), key=lambda r: r["id"]) == [{"id": 1, "seq": "1"}, {"id": 4, "seq": "3"}]
+    with_null = engine.read_arrow(path, ["id"], where_in=("name", [None, "b"]))
+    assert sorted(with_null.column("id").to_pylist()) == [2, 3]
+    assert engine.read_arrow(path, ["id"], where_in=("name", [])).num_rows == 0
+
+
 def test_empty_source_commits_nothing(spark, engine, tmp_path):
     path = str(tmp_path / "t")
     assert engine.merge(path, _df(spark, []), SPEC, txn=Txn("a", 0)).version is None

@@ -81,3 +81,36 @@ def test_quarantine_and_ddl_log_survive_a_checkpoint_reset_without_duplicates(sp
     land(cfg.landing_path, "c.json", "{oops", event(7))
     third = run_pipeline(cfg, spark=spark, run_id="gen2b")
     assert third["quarantined"] == 1 and len(_table(cfg.quarantine_path)) == 5
+
+
+def test_append_new_is_a_multiset_difference_for_frames_and_computed_rows(spark, tmp_path):
+    """``append_new`` adds the n-th copy of a natural key only when the table holds fewer than n,
+    by the same rule whether the rows are a DataFrame (Spark join: the delta-spark path) or
+    already computed Arrow (delta-rs lookup); a null ``source_file`` is a key value like others.
+    Expected tables are written out by hand."""
+    from cdc_lake.cdc.side_tables import append_new, conform, ensure
+    from cdc_lake.engines import Computed, Txn, select_engine
+
+    engine = select_engine(spark, "deltalake")
+    cols = ["source_file", "raw_line", "reason", "pipeline"]
+    first = [("f1", "x", "r", "p"), ("f1", "x", "r", "p"), ("f2", "y", "r", "p"), (None, "z", "r", "p")]
+    # again: 3 copies of f1/x (table holds 2 -> 1 new), f2/y held, null/z held once -> 1 new,
+    # f3/w new, and the same line under another pipeline is another key
+    again = [("f1", "x", "r2", "p"), ("f1", "x", "r2", "p"), ("f1", "x", "r2", "p"), ("f2", "y", "r", "p"),
+             (None, "z", "r", "p"), (None, "z", "r", "p"), ("f3", "w", "r", "p"), ("f2", "y", "r", "q")]
+    expected = sorted(first + [("f1", "x", "r2", "p"), (None, "z", "r", "p"), ("f3", "w", "r", "p"),
+                               ("f2", "y", "r", "q")], key=str)
+    results = []
+    for kind in ("frame", "computed"):
+        path = str(tmp_path / kind)
+        ensure(engine, path, QUARANTINE)
+        for n, batch in enumerate((first, again, again)):  # the third is a re-delivery: adds none
+            df = spark.createDataFrame(batch, ", ".join(f"{c} string" for c in cols))
+            df = conform(df, QUARANTINE)
+            rows_in = Computed(df.toArrow(), df.schema) if kind == "computed" else df
+            append_new(engine, path, rows_in, QUARANTINE, txn=Txn(f"app-{kind}-{n}", n))
+        got = sorted(((r["source_file"], r["raw_line"], r["reason"], r["pipeline"]) for r in _table(path)),
+                     key=str)
+        assert got == expected, (kind, got)
+        results.append(got)
+    assert results[0] == results[1]

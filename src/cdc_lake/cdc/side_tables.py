@@ -22,13 +22,15 @@ Example::
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (LongType, StringType, StructField, StructType, TimestampType)
 
-from cdc_lake.engines import Engine, Source, Txn, WriteResult
+from cdc_lake.engines import Computed, Engine, Source, Txn, WriteResult
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,23 @@ def _key(table: SideTable) -> Column:
     return F.sha2(F.concat_ws("\u0001", *parts), 256)
 
 
+def _new_rows(engine: Engine, path: str, rows: Computed, table: SideTable) -> Computed:
+    """The rows of ``rows`` whose natural key the table holds fewer times (multiset, in order)."""
+    data = rows.data.select(table.schema.fieldNames())
+    keys = list(zip(*(data.column(c).to_pylist() for c in table.key)))
+    files = sorted(set(data.column("source_file").to_pylist()), key=lambda f: (f is None, f or ""))
+    existing = engine.read_arrow(path, list(table.key), where_in=("source_file", files))
+    held = Counter(zip(*(existing.column(c).to_pylist() for c in table.key))) \
+        if existing is not None else Counter()
+    seen: Counter[tuple[object, ...]] = Counter()
+    keep = []
+    for i, key in enumerate(keys):
+        seen[key] += 1
+        if seen[key] > held[key]:
+            keep.append(i)
+    return Computed(data.take(pa.array(keep, type=pa.int64())), table.schema)
+
+
 def append_new(engine: Engine, path: str, rows: Source, table: SideTable, *, txn: Txn) -> WriteResult:
     """Append the rows of ``rows`` the table does not hold yet (by natural key), under ``txn``.
 
@@ -93,7 +112,9 @@ def append_new(engine: Engine, path: str, rows: Source, table: SideTable, *, txn
         return WriteResult(True, engine.version(path))
     if engine.known_empty(rows):
         return WriteResult(False, engine.version(path))
-    rows = conform(engine.frame(rows), table)
+    if isinstance(rows, Computed):  # computed already (a handful of rows): compare in Arrow
+        return engine.append(path, _new_rows(engine, path, rows, table), txn=txn)
+    rows = conform(rows, table)
     numbered = rows.withColumn("__k", _key(table)).withColumn(
         "__n", F.row_number().over(Window.partitionBy("__k").orderBy(F.lit(1))))
     existing = engine.read(path)

@@ -129,6 +129,26 @@ class Engine(ABC):
     def read(self, path: str) -> DataFrame | None:
         """Latest snapshot as a Spark DataFrame (None if no table)."""
 
+    def read_arrow(self, path: str, columns: list[str], *, where_in: tuple[str, list[Any]]) -> pa.Table | None:
+        """``columns`` of the rows whose ``where_in[0]`` is one of ``where_in[1]`` (``None`` there
+        also matches null), as Arrow; None if no table. For small lookups (the side tables'
+        natural keys); this default goes through Spark.
+
+        Example::
+
+            held = engine.read_arrow("/lake/_quarantine", ["source_file", "raw_line"],
+                                     where_in=("source_file", ["f1.json", None]))
+        """
+        df = self.read(path)
+        if df is None:
+            return None
+        column, values = where_in
+        wanted = [v for v in values if v is not None]
+        cond = F.col(f"`{column}`").isin(wanted) if wanted else F.lit(False)
+        if len(wanted) < len(values):
+            cond = cond | F.col(f"`{column}`").isNull()
+        return df.where(cond).select(*[F.col(f"`{c}`") for c in columns]).toArrow()
+
     @abstractmethod
     def txn_version(self, path: str, app_id: str) -> int | None:
         """Last version recorded for ``app_id`` in the table's log, or None."""

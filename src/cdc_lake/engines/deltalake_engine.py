@@ -70,6 +70,21 @@ class DeltaRsEngine(Engine):
             return self.spark.createDataFrame([], schema)
         return self.spark.read.schema(schema).parquet(*files)
 
+    def read_arrow(self, path: str, columns: list[str], *, where_in: tuple[str, list[Any]]) -> pa.Table | None:
+        """delta-rs reads the lookup itself (file statistics prune by ``where_in``): no Spark job."""
+        dt = self._table(path)
+        if dt is None:
+            return None
+        if set(dt.protocol().reader_features or []) & _UNSUPPORTED_READER_FEATURES:
+            return super().read_arrow(path, columns, where_in=where_in)
+        column, values = where_in
+        dataset = dt.to_pyarrow_dataset()
+        wanted = pa.array([v for v in values if v is not None], type=dataset.schema.field(column).type)
+        cond = pc.field(column).isin(wanted)
+        if len(wanted) < len(values):
+            cond = cond | pc.field(column).is_null()
+        return dataset.to_table(columns=columns, filter=cond, use_threads=False)
+
     def txn_version(self, path: str, app_id: str) -> int | None:
         dt = self._table(path)
         return dt.transaction_version(app_id) if dt else None
