@@ -138,14 +138,16 @@ def test_empty_source_commits_nothing(spark, engine, tmp_path):
     assert engine.version(path) == v
 
 
-def test_compute_many_sources_then_write_each(spark, engine, tmp_path):
-    """Sources computed together (delta-rs: one Spark job) write exactly what the frames hold:
-    different schemas, NOT NULL columns, timestamps, decimals, an empty frame, nulls."""
+@pytest.mark.parametrize("rows", [10, None, 10**9], ids=["small", "unknown", "big"])
+def test_compute_many_sources_then_write_each(spark, engine, tmp_path, rows):
+    """Sources computed together (delta-rs: one Spark job for a small batch, one per frame for a
+    big or unknown one) write exactly what the frames hold: different schemas, NOT NULL columns,
+    timestamps, decimals, an empty frame, nulls."""
     ts = datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
     a = _df(spark, [(1, "a", Decimal("1.50"), "1"), (2, None, None, "1")]).where("id IS NOT NULL")
     b = spark.createDataFrame([(7, ts, date(2024, 1, 2))], "k bigint NOT NULL, at timestamp, d date")
     empty = _df(spark, [])
-    sources = engine.compute({"a": a, "b": b, "empty": empty})
+    sources = engine.compute({"a": a, "b": b, "empty": empty}, rows=rows)
     assert set(sources) == {"a", "b", "empty"}
     r = engine.merge(str(tmp_path / "a"), sources["a"], MergeSpec(on=("id",)).when_not_matched_insert_all(),
                      txn=Txn("c", 0))

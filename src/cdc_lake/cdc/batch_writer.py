@@ -344,7 +344,8 @@ class BatchWriter:
         for plan, changes, existing in work:
             for part, df in self._table_frames(plan, changes, txn, existing).items():
                 frames[f"{part}:{plan.name}"] = df
-        sources = self.engine.compute(frames)
+        # (bound: the batch's lines; a table's sources hold at most one row or two per change)
+        sources = self.engine.compute(frames, rows=2 * sum(r.n for r in counts))
         phases.mark("compute")
         if self.targets.write_side_tables:
             self._write_side_tables(sources, txn)

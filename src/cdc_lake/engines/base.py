@@ -170,9 +170,11 @@ class Engine(ABC):
     @abstractmethod
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]: ...
 
-    def compute(self, frames: dict[str, DataFrame]) -> dict[str, Source]:
+    def compute(self, frames: dict[str, DataFrame], *, rows: int | None = None) -> dict[str, Source]:
         """Compute several write sources ahead of their writes; pass the results to ``merge``.
 
+        ``rows``: a bound on the rows of all frames together (e.g. the micro-batch's event
+        count), None if unknown; an engine may compute small batches differently from big ones.
         Default: the frames unchanged (each is computed by its own write).
         """
         return dict(frames)

@@ -5,9 +5,12 @@ delta-rs; no row-by-row Python. delta-rs records ``app_transactions`` but does n
 repeated version, so :meth:`Engine.merge`/``append`` check ``transaction_version`` first; the
 pipeline lock guarantees nobody commits between that check and the write.
 
-Several sources of one micro-batch (:meth:`DeltaRsEngine.compute`) come from one Spark job:
-each frame becomes a struct column of a union, collected once and split again in Arrow — one
-plan, one job, instead of one job (planning, scheduling, result transfer) per table.
+Several sources of one small micro-batch (:meth:`DeltaRsEngine.compute`) come from one Spark
+job: each frame becomes a struct column of a union, collected once and split again in Arrow —
+one plan, one job, instead of one job (planning, scheduling, result transfer) per table. The
+packed result holds every frame's columns for every row (mostly null), so its size grows with
+rows x all frames' columns: batches above :data:`PACK_MAX_ROWS` rows (or of unknown size) are
+collected frame by frame instead (a 1M-event batch packed ran the 1 GiB driver out of heap).
 
 Reads hand Spark the snapshot's own Parquet files (``file_uris``) with the Delta schema, so
 large tables are read in parallel by executors rather than through the driver; tables using
@@ -33,6 +36,8 @@ _UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
 # Every table this engine creates records a change feed (read by cdc_lake.sources.change_feed).
 # delta-rs applies ``configuration`` only when it creates the table; existing tables keep theirs.
 CDF_CONFIGURATION = {"delta.enableChangeDataFeed": "true"}
+# Above this many rows (the caller's bound) a batch's frames are collected one by one.
+PACK_MAX_ROWS = 50_000
 
 
 class DeltaRsEngine(Engine):
@@ -96,10 +101,11 @@ class DeltaRsEngine(Engine):
     def _commit(self, txn: Txn) -> CommitProperties:
         return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)])
 
-    def compute(self, frames: dict[str, DataFrame]) -> dict[str, Source]:
-        """All ``frames`` in one Spark job, as Arrow tables (see the module docstring)."""
+    def compute(self, frames: dict[str, DataFrame], *, rows: int | None = None) -> dict[str, Source]:
+        """``frames`` as Arrow tables: one Spark job for a small batch (``rows`` known and at most
+        :data:`PACK_MAX_ROWS`), else one per frame (see the module docstring)."""
         names = list(frames)
-        if len(names) <= 1:
+        if len(names) <= 1 or rows is None or rows > PACK_MAX_ROWS:
             return {n: Computed(_to_arrow(df), df.schema) for n, df in frames.items()}
         packed = None
         for i, n in enumerate(names):

@@ -268,7 +268,8 @@ class EnrichBatch:
         writes.append(("manifest", cfg.outputs.manifest, manifest, None))
         frames = {table: self._prepare(table, path, df, spec, batch_id)
                   for table, path, df, spec in writes}
-        sources = self.engine.compute({t: f for t, f in frames.items() if f is not None})
+        sources = self.engine.compute({t: f for t, f in frames.items() if f is not None},
+                                      rows=2 * (sum(counts.values()) + sum(fates.values())))
         for table, path, _, spec in writes:
             if table == "manifest" and not n_bad:
                 crash_point("enrich:after:quarantine")  # (the kill point exists in every batch)
