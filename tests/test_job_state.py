@@ -104,3 +104,41 @@ def test_the_recovery_of_a_damaged_checkpoint_converges(spark, ingested):
     assert s["status"] == "succeeded"
     assert rows(cfg.tables["orders"].path) == {**before["orders"], 4: "s4"}
     assert rows(cfg.tables["customers"].path) == before["customers"]
+
+
+def test_offset_log_write_killed_before_its_rename_does_not_block_later_runs(spark, tmp_path):
+    """Found by the chaos harness (`python -m tests.chaos --kills 150 --seed 22`, workload 10):
+    a SIGKILL while Spark wrote the first offset log file left only its temp file and checksum
+    (names as found there); every later run then failed, exit 1, with Spark's
+    STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY ("offsets should be empty on batch 0")."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    offsets = cfg.checkpoint_path / "offsets"
+    offsets.mkdir(parents=True)
+    u = "b19f8c40-409f-41c6-8f55-c1193f6a6f69"
+    (offsets / f".0.{u}.tmp").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":0}\n')
+    (offsets / f"..0.{u}.tmp.crc").write_bytes(b"crc\x00\x01")
+    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    assert s["status"] == "succeeded"
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
+    assert sorted(p.name for p in offsets.iterdir() if not p.name.startswith(".")) == ["0"]
+    assert not list(offsets.glob(f"*{u}*"))
+
+
+def test_remove_unfinished_writes_touches_only_temp_files_of_log_writes(tmp_path):
+    """No Spark: which names are unfinished writes (Hadoop's ``.<name>.<uuid>.tmp`` + checksum)."""
+    from cdc_lake.checkpoint_log import remove_unfinished_writes
+
+    u = "0123abcd-4567-89ab-cdef-0123456789ab"
+    keep = ["offsets/0", "offsets/.0.crc", "commits/0", "commits/.0.crc", "sources/0/0",
+            "sources/0/9.compact", "offsets/.0.tmp", f"offsets/.0.{u}", "cdc_instance.json",
+            f"state/0/0/.1.delta.{u}.tmp"]  # (state: Spark's own; not a log folder)
+    gone = [f"offsets/.1.{u}.tmp", f"offsets/..1.{u}.tmp.crc", f"commits/.3.{u}.tmp",
+            f"sources/0/.10.compact.{u}.tmp", f"sources/0/..10.compact.{u}.tmp.crc"]
+    for name in keep + gone:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    removed = remove_unfinished_writes(tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in removed) == sorted(gone)
+    assert all((tmp_path / n).exists() for n in keep)
+    assert remove_unfinished_writes(tmp_path / "missing") == []

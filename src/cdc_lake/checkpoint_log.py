@@ -14,8 +14,15 @@ empty or truncated file, and Spark then fails with "Incomplete log file" (or a J
 a stack trace. :func:`validate_checkpoint` checks every one of them before Spark starts and raises
 :class:`CheckpointDamaged` naming the file, what is wrong and the recovery command.
 
+Spark writes each log file as a hidden temp file (``.N.<uuid>.tmp`` and its checksum
+``..N.<uuid>.tmp.crc``) and renames it into place. A driver killed between the two leaves the
+temp file, which Spark never reads — but a leftover in ``offsets/`` of a query without batches
+makes Spark refuse the checkpoint on every later start (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY:
+"should be empty on batch 0"). :func:`remove_unfinished_writes` deletes them before a start.
+
 Example::
 
+    remove_unfinished_writes(Path("/lake/_checkpoints/shop"))  # under the pipeline lock
     last_committed_batch(Path("/lake/_checkpoints/shop"))   # 41, or None before the first batch
     validate_checkpoint(Path("/lake/_checkpoints/shop"), recovery="mv ... && spark-submit ...")
 """
@@ -29,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 _LOG_NAME = re.compile(r"(\d+)(\.compact)?")
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_UNFINISHED = re.compile(rf"\.\.?[^/]+\.{_UUID}\.tmp(\.crc)?")
 
 
 class PipelineStateError(RuntimeError):
@@ -148,6 +157,22 @@ def read_source_log(path: Path) -> list[str]:
             raise ValueError("not in the file source log format")
         paths.append(entry["path"])
     return paths
+
+
+def remove_unfinished_writes(checkpoint: Path) -> list[Path]:
+    """Delete the temp files of log writes that never finished (see the module docstring) from
+    ``offsets/``, ``commits/`` and ``sources/*/``; return what was deleted. Call it only under the
+    pipeline lock (no run of this checkpoint is writing)."""
+    folders = [checkpoint / "offsets", checkpoint / "commits"]
+    sources = checkpoint / "sources"
+    folders += sorted(p for p in sources.iterdir() if p.is_dir()) if sources.is_dir() else []
+    removed = []
+    for folder in folders:
+        for f in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if f.is_file() and _UNFINISHED.fullmatch(f.name):
+                f.unlink()
+                removed.append(f)
+    return removed
 
 
 def validate_checkpoint(checkpoint: Path, *, recovery: str) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from cdc_lake.checkpoint import record_written_tables, written_tables
-from cdc_lake.checkpoint_log import PipelineStateError, validate_checkpoint
+from cdc_lake.checkpoint_log import PipelineStateError, remove_unfinished_writes, validate_checkpoint
 from cdc_lake.config import PipelineConfig
 
 
@@ -61,6 +61,8 @@ def _exists(path: Path) -> bool:
 
 def check_state(cfg: PipelineConfig) -> None:
     """Raise :class:`PipelineStateError` if the checkpoint or a table it wrote is damaged/missing."""
+    for f in remove_unfinished_writes(cfg.checkpoint_path):
+        print(f"[cdc] removed {f}: a checkpoint log write a killed run never finished", flush=True)
     validate_checkpoint(cfg.checkpoint_path, recovery=reset_command(cfg))
     written = written_tables(cfg.checkpoint_path)
     missing: dict[str, str] = {}

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.checkpoint import instance_id
+from cdc_lake.checkpoint_log import remove_unfinished_writes
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
@@ -120,6 +121,8 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
 
 def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,
                 stats: EnrichStats, hook: Callable[[int], None] | None) -> list[dict[str, Any]]:
+    for f in remove_unfinished_writes(cfg.checkpoint_path):
+        print(f"[enrich] removed {f}: a checkpoint log write a killed run never finished", flush=True)
     writer = EnrichBatch(cfg, engine, instance=instance_id(cfg.checkpoint_path), run_id=run_id,
                          stats=stats, hook=hook)
     errors: list[BaseException] = []
