@@ -12,7 +12,8 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
    the same new files (``spark.read.text(files).count()``), alternating, median of ``--reps``;
 2. large batch — ``--large-events`` events in ``--large-files`` files into an empty lake vs. a
    plain ``spark.read.json(files).count()``, each in a fresh process, median of ``--reps``;
-   events/s and peak RSS of the process tree (Python driver + JVM + delta-rs);
+   events/s and peak RSS of the process tree (Python driver + JVM + delta-rs); ``xlarge`` is the
+   same with ``--xlarge-events`` (1M) in ``--xlarge-files``, one repetition;
 3. flat cost — one process runs the same-size increment ``--history`` times; run time vs. the
    number of earlier runs (first vs. 10th/50th/100th);
 4. peer — at the end of (3), a naive full recompute of the same tables (read the whole landing
@@ -146,8 +147,8 @@ def _profile(log: Path, start: int) -> dict[str, Any]:
     return out
 
 
-def case_large(work: Path, events: int, files: int, reps: int) -> dict[str, Any]:
-    base = work / "large"
+def case_large(work: Path, events: int, files: int, reps: int, name: str = "large") -> dict[str, Any]:
+    base = work / name
     info = bi.generate(base / "landing", events, files, seed=7)
     cfg = bi.pipeline_yaml(base, None)
     scans, ingests = [], []
@@ -229,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small-events", type=int, default=800)
     p.add_argument("--large-events", type=int, default=200_000)
     p.add_argument("--large-files", type=int, default=40)
+    p.add_argument("--xlarge-events", type=int, default=1_000_000)
+    p.add_argument("--xlarge-files", type=int, default=200)
     p.add_argument("--history", type=int, default=100)
     p.add_argument("--out", type=Path, default=None, help="report folder (default: docs/, temp for --quick)")
     p.add_argument("--cases", default=",".join(CASES),
@@ -242,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown case(s) {unknown}; valid: {list(CASES)}")
     if a.quick:
         a.small_events, a.large_events, a.large_files, a.history = 200, 4000, 4, 5
+        a.xlarge_events, a.xlarge_files = 8000, 8
     reps = a.reps or (1 if a.quick else 3)
     out = a.out or (Path(tempfile.mkdtemp(prefix="cdc-bench-report-")) if a.quick else REPO / "docs")
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
@@ -260,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
             print("[bench] large batch", flush=True)
             res["large"] = case_large(work, a.large_events, a.large_files, reps)
             print(f"[bench]   ratio {res['large']['ratio']}", flush=True)
+        if "xlarge" in cases:  # one repetition: minutes per run on 2 cores
+            print("[bench] large batch, 1M events", flush=True)
+            res["xlarge"] = case_large(work, a.xlarge_events, a.xlarge_files, 1, name="xlarge")
+            print(f"[bench]   ratio {res['xlarge']['ratio']}", flush=True)
         if "flat" in cases:
             print("[bench] flat cost + peer", flush=True)
             res["flat"] = case_flat_and_peer(work, a.history, a.small_events, [1, 10, 50, 100])
