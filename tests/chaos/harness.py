@@ -89,11 +89,13 @@ def _choose_kill(rng: random.Random, est_run_s: float) -> Kill:
 
 
 def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None = None,
-              log: Callable[[str], None] | None = None, keep: bool = False) -> Figures:
+              log: Callable[[str], None] | None = None, keep: bool = False,
+              attempts_per_step: tuple[int, ...] = (1, 1, 2)) -> Figures:
     """Kill the job at least ``kills`` times over random workloads (or until ``max_seconds``).
 
-    Every landing step: 1-2 kill attempts, then a normal run that must exit 0, then the whole
-    lake is compared with the reference model. A failure is recorded with everything needed to
+    Every landing step: a number of kill attempts drawn from ``attempts_per_step`` (each run
+    replays what the killed one left), then a normal run that must exit 0, then the whole lake
+    is compared with the reference model. A failure is recorded with everything needed to
     reproduce it (workload seed and format, the kills so far) and ends that workload.
     """
     log = log or (lambda m: print(m, flush=True))
@@ -118,7 +120,7 @@ def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None
         for step_no, step in enumerate(wl.steps):
             for name, lines in step:
                 _land(landing, name, lines)
-            for _ in range(rng.choice([1, 1, 2])):
+            for _ in range(rng.choice(attempts_per_step)):
                 if fig.kills >= kills:
                     break
                 kill = _choose_kill(rng, est_run)
