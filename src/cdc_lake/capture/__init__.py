@@ -1,7 +1,12 @@
 """Binlog capture tools that land change files for the CDC jobs.
 
-:mod:`cdc_lake.capture.mariadb_maxwell` reads a MariaDB/MySQL row binlog with
-``mysql-replication`` and lands Maxwell-format JSON lines files (see ``docs/capture.md``).
+``python -m cdc_lake.capture.mariadb_maxwell`` (the CLI) reads a MariaDB/MySQL row binlog with
+``mysql-replication`` and lands Maxwell-format JSON lines files (see ``docs/capture.md``):
+
+* :mod:`.reader` -- ``MaxwellCapture``: the binlog event loop, transaction ends, resume;
+* :mod:`.state` -- settings, binlog positions, the resume state file and its lock, errors;
+* :mod:`.landing` -- landing files (hidden while written) and the open transaction's buffer;
+* :mod:`.maxwell_json` -- MySQL values as Maxwell JSON; :mod:`.ddl` -- DDL classification.
 """
 
 from __future__ import annotations

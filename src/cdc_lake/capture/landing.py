@@ -1,0 +1,127 @@
+"""Landing files (hidden while written, renamed when complete) and the open transaction's rows."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from cdc_lake.capture.state import BinlogPos, fsync_dir
+
+
+class LandingWriter:
+    """One open landing file at a time: hidden tmp name while written, renamed when complete."""
+
+    def __init__(self, out_dir: Path, prefix: str) -> None:
+        self.out_dir = out_dir
+        self.prefix = prefix
+        self._f: Any = None
+        self._tmp: Path | None = None
+        self.start: BinlogPos | None = None
+        self.lines = 0
+        self.bytes = 0
+        self.opened_at = 0.0
+
+    @property
+    def is_open(self) -> bool:
+        return self._f is not None
+
+    def open(self, start: BinlogPos) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.prefix}-inflight-", suffix=".json.tmp",
+                                   dir=self.out_dir)
+        self._f = os.fdopen(fd, "w", encoding="utf-8", newline="\n", buffering=1 << 20)
+        self._tmp = Path(tmp)
+        self.start = start
+        self.lines = self.bytes = 0
+        self.opened_at = time.monotonic()
+
+    def write(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self._f.write(line)
+            self._f.write("\n")
+            self.lines += 1
+            self.bytes += len(line) + 1
+
+    def final_name(self, end: BinlogPos) -> str:
+        assert self.start is not None
+        return (f"{self.prefix}-{self.start.index:010d}-{self.start.pos:012d}"
+                f"-{end.index:010d}-{end.pos:012d}.json")
+
+    def commit(self, end: BinlogPos) -> Path:
+        assert self._f is not None and self._tmp is not None
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        final = self.out_dir / self.final_name(end)
+        os.replace(self._tmp, final)  # same content if a crash made us re-capture this range
+        fsync_dir(self.out_dir)
+        self._f = self._tmp = None
+        return final
+
+    def abort(self) -> None:
+        if self._f is not None:
+            try:
+                self._f.close()
+            finally:
+                if self._tmp is not None:
+                    try:
+                        self._tmp.unlink()
+                    except OSError:
+                        pass
+                self._f = self._tmp = None
+
+
+class TxnBuffer:
+    """Rows of the open transaction; ``xid`` and ``commit`` are only known at its end."""
+
+    def __init__(self, spill_dir: Path, spill_rows: int) -> None:
+        self.spill_dir = spill_dir
+        self.spill_rows = spill_rows
+        self.items: list[tuple[str, str, str]] = []
+        self.count = 0
+        self.rows = 0
+        self._spill: Any = None
+
+    def add(self, kind: str, head: str, tail: str) -> None:
+        self.items.append((kind, head, tail))
+        self.count += 1
+        if kind == "r":
+            self.rows += 1
+        if len(self.items) >= self.spill_rows:
+            if self._spill is None:
+                self._spill = tempfile.TemporaryFile("w+", encoding="utf-8", dir=self.spill_dir,
+                                                     prefix=".capture-spill-")
+            for k, h, t in self.items:  # JSON text never holds a raw tab or newline
+                self._spill.write(f"{k}\t{h}\t{t}\n")
+            self.items.clear()
+
+    def _iter(self) -> Iterator[tuple[str, str, str]]:
+        if self._spill is not None:
+            self._spill.seek(0)
+            for line in self._spill:
+                k, h, t = line.rstrip("\n").split("\t")
+                yield k, h, t
+        yield from self.items
+
+    def render(self, ts: int, xid: int | None) -> Iterator[str]:
+        last_row = self.rows
+        n_row = 0
+        for i, (kind, head, tail) in enumerate(self._iter()):
+            if kind == "r":
+                n_row += 1
+                x = f',"xid":{xid}' if xid is not None else ""
+                c = ',"commit":true' if n_row == last_row else ""
+                yield f'{head},"ts":{ts}{x},"xoffset":{i}{c}{tail}'
+            else:
+                yield f'{head},"xoffset":{i}{tail}'
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.count = self.rows = 0
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+

@@ -1,0 +1,136 @@
+"""JSON encoding of MySQL binlog values, following Maxwell's conventions.
+
+``converter(column)`` returns how one column's binlog value becomes a JSON value (exact
+DECIMAL text, FLOAT as its shortest float32 text, DATETIME/TIME with the column's fractional
+digits, BINARY(n) padded back to n bytes and base64-encoded, SET members in definition order);
+``enc`` writes Python values as JSON text without re-encoding pre-encoded numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import struct
+from typing import Any, Callable
+
+
+class _Raw(str):
+    """Pre-encoded JSON number text (exact DECIMAL)."""
+
+
+def json_str(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def enc(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, _Raw):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(enc(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{json_str(str(k))}:{enc(x)}" for k, x in v.items()) + "}"
+    return json.dumps(str(v), ensure_ascii=False)
+
+
+def _fmt_datetime(v: dt.datetime, fsp: int) -> str:
+    s = f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}"
+    if fsp > 0:
+        s += "." + f"{v.microsecond:06d}"[:fsp]
+    return s
+
+
+def _fmt_time(v: dt.timedelta, fsp: int) -> str:
+    us = v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds
+    sign = "-" if us < 0 else ""
+    us = abs(us)
+    secs, frac = divmod(us, 1_000_000)
+    h, rem = divmod(secs, 3600)
+    m, s = divmod(rem, 60)
+    out = f"{sign}{h:02d}:{m:02d}:{s:02d}"
+    if fsp > 0:
+        out += "." + f"{frac:06d}"[:fsp]
+    return out
+
+
+def _float32_text(v: float) -> float:
+    for digits in range(6, 10):
+        candidate = float(f"{v:.{digits}g}")
+        if struct.unpack("<f", struct.pack("<f", candidate))[0] == v:
+            return candidate
+    return v
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    if isinstance(v, dict):
+        return {_jsonable(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    return v
+
+
+def converter(col: Any) -> Callable[[Any], Any]:
+    """How one binlog column value becomes a JSON value (Maxwell conventions)."""
+    from pymysqlreplication.constants import FIELD_TYPE as T
+
+    t = col.type
+    fsp = int(getattr(col, "fsp", 0) or 0)
+    if t in (T.NEWDECIMAL, T.DECIMAL):
+        return lambda v: _Raw(format(v, "f"))
+    if t == T.FLOAT:
+        return _float32_text
+    if t in (T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2):
+        # TIMESTAMP arrives as naive UTC, DATETIME naive as stored (field notes)
+        return lambda v: _fmt_datetime(v, fsp)
+    if t in (T.DATE, T.NEWDATE):
+        return lambda v: v.isoformat()
+    if t in (T.TIME, T.TIME2):
+        return lambda v: _fmt_time(v, fsp)
+    if t == T.BIT:
+        return lambda v: int(v, 2) if isinstance(v, str) else v
+    if t == T.SET:
+        order = {name: i for i, name in enumerate(col.set_values or ())}
+        return lambda v: ",".join(sorted(v, key=lambda x: order.get(x, len(order))))
+    if t == T.JSON:  # MySQL binary JSON; MariaDB JSON is LONGTEXT and arrives as str
+        return lambda v: v if isinstance(v, str) else json.dumps(_jsonable(v), ensure_ascii=False)
+    pad = int(getattr(col, "max_length", 0) or 0) if (
+        t == T.STRING and getattr(col, "character_set_name", None) == "binary") else 0
+
+    def generic(v: Any) -> Any:
+        if isinstance(v, bytes):
+            if pad and len(v) < pad:  # BINARY(n) loses its trailing zero bytes in the binlog
+                v = v + b"\x00" * (pad - len(v))
+            return base64.b64encode(v).decode("ascii")
+        if isinstance(v, decimal.Decimal):
+            return _Raw(format(v, "f"))
+        if isinstance(v, (dt.datetime,)):
+            return _fmt_datetime(v, fsp)
+        if isinstance(v, dt.date):
+            return v.isoformat()
+        if isinstance(v, dt.timedelta):
+            return _fmt_time(v, fsp)
+        if isinstance(v, (set, frozenset)):
+            return ",".join(sorted(v))
+        if isinstance(v, float):
+            return v
+        return v
+
+    return generic
+
