@@ -1,42 +1,44 @@
-"""Pipeline configuration: one YAML file -> one frozen, validated :class:`PipelineConfig`.
+"""Pipeline configuration shared by every job kind: one YAML file -> one frozen, validated config.
 
-Validated once, up front. Every problem raises :class:`ConfigError` naming the file, the dotted
-key, the bad value and what to change, so spark-submit exits non-zero before any Spark work and
-the Airflow DAG factory turns the same message into a DAG import error.
+``load_pipeline(path)`` reads the YAML, expands ``${VAR}`` / ``${VAR:-default}`` from the
+environment, and hands the mapping to its kind (``kind:``; default ``cdc``):
+:mod:`cdc_lake.cdc.config`, :mod:`cdc_lake.enrich.config`, :mod:`cdc_lake.dimensions.config`.
+They share what is here: :class:`ConfigError` (file, dotted key, value, fix), the typed
+:class:`Reader`, schedules, the ``engine:``/``spark:``/``lock:`` sections (:func:`parse_runtime`)
+and the driver's launch options. Validated once, up front, so spark-submit exits non-zero before
+any Spark work and the Airflow DAG factory turns the same message into a DAG import error.
 
 Example::
 
-    cfg = load_pipeline("pipelines/shop_maxwell.yaml")
+    cfg = load_pipeline("pipelines/shop_maxwell.yaml")   # a cdc_lake.cdc.config.PipelineConfig
     cfg.tables["orders"].keys        # ('id',)
     cfg.table_path("orders")         # PosixPath('/abs/data/lake/shop_maxwell/orders')
 
-Relative paths are resolved against the YAML file's directory; ``${VAR}`` and ``${VAR:-default}``
-are expanded from the environment first, so one file serves laptops and clusters.
+Relative paths are resolved against the YAML file's directory, so one file serves laptops and
+clusters.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from cdc_lake.locks import LockSettings, parse_lock_settings
-from cdc_lake.quarantine_limits import QuarantineLimits, parse_quarantine_limits
+from cdc_lake.locks import parse_lock_settings
 
 KINDS = ("cdc", "enrich", "dimension")
-FORMATS = ("debezium", "maxwell", "canal")
 TRIGGERS = ("available_now", "once")
 ENGINES = ("auto", "deltalake", "delta-spark")
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
 # Spark SQL type names accepted in `types:`; checked here so a typo fails before Spark starts.
-_TYPE_RE = re.compile(
+TYPE_RE = re.compile(
     r"^(string|boolean|tinyint|smallint|int|integer|bigint|float|double|date|timestamp|binary"
     r"|decimal\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\))$",
     re.IGNORECASE,
@@ -65,44 +67,10 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class TableConfig:
-    """One replicated source table and its Delta target."""
-
-    name: str
-    source_table: str
-    database: str | None
-    keys: tuple[str, ...]
-    columns: tuple[str, ...] | None
-    exclude_columns: tuple[str, ...]
-    types: dict[str, str]
-    scd: Literal[1, 2]
-    path: Path
-
-
-@dataclass(frozen=True)
 class DeltaSparkSettings:
     packages: str
     repositories: str | None
     jars_dir: Path | None
-
-
-@dataclass(frozen=True)
-class CaptureConfig:
-    """``capture:`` — the pipeline lands its own source: MariaDB/MySQL row binlog → Maxwell JSON.
-
-    The DAG becomes ``capture >> ingest``; the capture task runs
-    ``python -m cdc_lake.capture.mariadb_maxwell --until-now`` with the host, port, login and
-    password of the Airflow connection ``conn_id`` (or ``CDC_CAPTURE_*`` environment variables
-    when run outside Airflow), writing into ``source.path``.
-    """
-
-    type: Literal["mariadb"]
-    conn_id: str
-    databases: tuple[str, ...]
-    tables: tuple[str, ...]
-    server_id: int | None
-    start: str
-    state_path: Path | None
 
 
 @dataclass(frozen=True)
@@ -111,57 +79,6 @@ class Schedule:
     cron: str | None = None
     interval: timedelta | None = None
     assets: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """Everything one pipeline run needs; built only by :func:`load_pipeline`."""
-
-    file: Path
-    name: str
-    description: str
-    owner: str
-    tags: tuple[str, ...]
-    schedule: Schedule
-    start_date: str
-    retries: int
-    source_format: Literal["debezium", "maxwell", "canal"]
-    landing_path: Path
-    source_database: str | None
-    file_glob: str | None
-    max_files_per_trigger: int
-    max_bytes_per_trigger: int | None
-    trigger: Literal["available_now", "once"]
-    lake_root: Path
-    checkpoint_path: Path
-    quarantine_path: Path
-    ddl_log_path: Path
-    runs_path: Path
-    engine: Literal["auto", "deltalake", "delta-spark"]
-    delta_spark: DeltaSparkSettings
-    spark_conf: dict[str, str]
-    spark_conn_id: str
-    infer_temporal: bool
-    tables: dict[str, TableConfig]
-    ignore_tables: tuple[str, ...] = field(default=())
-    kind: Literal["cdc"] = "cdc"
-    capture: CaptureConfig | None = None
-    lock: LockSettings = field(default_factory=LockSettings)  # ``lock:`` (cdc_lake.locks)
-    # ``quarantine:`` per-run threshold (cdc_lake.quarantine_limits); default: none
-    quarantine_limits: QuarantineLimits = field(default_factory=QuarantineLimits)
-    maintenance: Any = None  # ``maintenance:`` -> cdc_lake.maintenance.MaintenanceSettings, or None
-
-    def table_path(self, table: str) -> Path:
-        return self.tables[table].path
-
-    def tombstone_path(self, table: str) -> Path:
-        """Side table of deleted keys (SCD1), so late events never resurrect a delete."""
-        return self.lake_root / "_tombstones" / table
-
-    @property
-    def roots(self) -> tuple[Path, ...]:
-        """Folders this pipeline may read or write; params must stay inside them."""
-        return (self.landing_path, self.lake_root, self.checkpoint_path.parent)
 
 
 def _text(value: str, file: Path, key: str) -> str:
@@ -181,7 +98,7 @@ def _text(value: str, file: Path, key: str) -> str:
                           "without its pair); write the character itself") from None
 
 
-def _expand_env(value: Any, file: Path, key: str) -> Any:
+def expand_env(value: Any, file: Path, key: str) -> Any:
     if isinstance(value, str):
         def repl(m: re.Match[str]) -> str:
             var, default = m.group(1), m.group(2)
@@ -197,14 +114,14 @@ def _expand_env(value: Any, file: Path, key: str) -> Any:
         for k, v in value.items():
             printable = k.encode("utf-8", "backslashreplace").decode() if isinstance(k, str) else k
             sub = f"{key}.{printable}" if key else str(printable)
-            out[_text(k, file, sub) if isinstance(k, str) else k] = _expand_env(v, file, sub)
+            out[_text(k, file, sub) if isinstance(k, str) else k] = expand_env(v, file, sub)
         return out
     if isinstance(value, list):
-        return [_expand_env(v, file, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [expand_env(v, file, f"{key}[{i}]") for i, v in enumerate(value)]
     return value
 
 
-class _Reader:
+class Reader:
     """Typed accessors over the raw mapping; each error names file and dotted key."""
 
     def __init__(self, file: Path, raw: dict[str, Any], prefix: str = "") -> None:
@@ -221,7 +138,7 @@ class _Reader:
             if k not in allowed:
                 raise self.fail(str(k), f"unknown key {k!r}; allowed: {', '.join(sorted(allowed))}")
 
-    def section(self, name: str, required: bool = False) -> _Reader:
+    def section(self, name: str, required: bool = False) -> Reader:
         v = self.raw.get(name)
         if v is None:
             if required:
@@ -229,7 +146,7 @@ class _Reader:
             v = {}
         if not isinstance(v, dict):
             raise self.fail(name, f"expected a mapping, got {v!r}")
-        return _Reader(self.file, v, self.key(name))
+        return Reader(self.file, v, self.key(name))
 
     def str(self, name: str, default: str | None = None, required: bool = False) -> str | None:
         if self.raw.get(name) is None:
@@ -282,7 +199,7 @@ class _Reader:
         return (p if p.is_absolute() else (self.file.parent / p)).resolve()
 
 
-def _parse_schedule(r: _Reader) -> Schedule:
+def parse_schedule(r: Reader) -> Schedule:
     v = r.raw.get("schedule")
     if v is None:
         return Schedule("none")
@@ -291,12 +208,12 @@ def _parse_schedule(r: _Reader) -> Schedule:
             return Schedule("cron", cron=v)
         raise r.fail("schedule", f"{v!r} is not a cron expression or preset like '@hourly'")
     if isinstance(v, dict) and set(v) == {"cron"}:
-        return _parse_schedule(_Reader(r.file, {**r.raw, "schedule": v["cron"]}, r.prefix))
+        return parse_schedule(Reader(r.file, {**r.raw, "schedule": v["cron"]}, r.prefix))
     if isinstance(v, dict) and "assets" in v and len(v) == 2 and set(v) - {"assets"} <= {"every", "cron"}:
         # both: run when the Assets update AND on time (Airflow AssetOrTimeSchedule)
-        assets = _parse_schedule(_Reader(r.file, {**r.raw, "schedule": {"assets": v["assets"]}}, r.prefix))
+        assets = parse_schedule(Reader(r.file, {**r.raw, "schedule": {"assets": v["assets"]}}, r.prefix))
         time_key = next(iter(set(v) - {"assets"}))
-        timed = _parse_schedule(_Reader(r.file, {**r.raw, "schedule": {time_key: v[time_key]}}, r.prefix))
+        timed = parse_schedule(Reader(r.file, {**r.raw, "schedule": {time_key: v[time_key]}}, r.prefix))
         return Schedule("assets_or_time", cron=timed.cron, interval=timed.interval, assets=assets.assets)
     if isinstance(v, dict) and set(v) == {"every"}:
         m = _DURATION_RE.match(str(v["every"]).strip())
@@ -312,49 +229,6 @@ def _parse_schedule(r: _Reader) -> Schedule:
         return Schedule("assets", assets=tuple(assets))
     raise r.fail("schedule", f"expected a cron string, {{cron: ...}}, {{every: 30m}}, {{assets: [...]}} "
                  f"or assets plus every/cron (both), got {v!r}")
-
-
-def _parse_table(r: _Reader, name: str, source_format: str, default_db: str | None,
-                 lake_root: Path) -> TableConfig:
-    if not NAME_RE.match(name):
-        raise ConfigError(r.file, r.prefix, f"table name {name!r} must match {NAME_RE.pattern}")
-    r.check_known({"source_table", "database", "keys", "columns", "exclude_columns", "types",
-                   "scd", "path"})
-    keys = r.names("keys", default=(), non_empty=True) or ()
-    if not keys and source_format == "debezium":
-        raise r.fail("keys", "is required for debezium: its JSON envelope carries no primary-key "
-                     "names (set e.g. keys: [id])")
-    columns = r.names("columns")
-    exclude = r.names("exclude_columns", default=()) or ()
-    if columns is not None:
-        missing = [k for k in keys if k not in columns]
-        if missing:
-            raise r.fail("columns", f"must include the key columns {missing!r}")
-    if any(k in exclude for k in keys):
-        raise r.fail("exclude_columns", f"cannot exclude key columns {keys!r}")
-    types_raw = r.raw.get("types") or {}
-    if not isinstance(types_raw, dict):
-        raise r.fail("types", f"expected a mapping column -> Spark type, got {types_raw!r}")
-    types: dict[str, str] = {}
-    for col, t in types_raw.items():
-        if not isinstance(t, str) or not _TYPE_RE.match(t.strip()):
-            raise r.fail(f"types.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
-                         "bigint, string, decimal(10,2), date, timestamp")
-        types[str(col)] = t.strip().lower().replace(" ", "")
-    scd = r.raw.get("scd", 1)
-    if scd not in (1, 2):
-        raise r.fail("scd", f"expected 1 or 2, got {scd!r}")
-    return TableConfig(
-        name=name,
-        source_table=r.str("source_table", default=name) or name,
-        database=r.str("database", default=default_db),
-        keys=keys,
-        columns=columns,
-        exclude_columns=exclude,
-        types=types,
-        scd=scd,
-        path=r.path("path", default=lake_root / name) or lake_root / name,
-    )
 
 
 def load_pipeline(path: str | os.PathLike[str]) -> Any:
@@ -378,6 +252,7 @@ def load_pipeline(path: str | os.PathLike[str]) -> Any:
         return load_dimension_pipeline(file, raw)
     if kind != "cdc":
         raise ConfigError(file, "kind", f"unknown value {kind!r}; expected one of: {', '.join(KINDS)}")
+    from cdc_lake.cdc.config import load_cdc_pipeline
     return load_cdc_pipeline(file, raw)
 
 
@@ -396,89 +271,10 @@ def read_yaml(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
         raise ConfigError(file, "", f"not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(file, "", f"expected a mapping at top level, got {type(raw).__name__}")
-    return file, _expand_env(raw, file, "")
+    return file, expand_env(raw, file, "")
 
 
-def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
-    """Validate the mapping of a ``kind: cdc`` pipeline YAML (see :func:`load_pipeline`)."""
-    r = _Reader(file, raw)
-    r.check_known({"kind", "pipeline", "description", "owner", "tags", "schedule", "start_date", "retries",
-                   "source", "trigger", "storage", "engine", "spark", "tables", "ignore_tables",
-                   "infer_temporal", "capture", "lock", "maintenance", "quarantine"})
-    name = r.str("pipeline", required=True) or ""  # required=True raised if missing
-    if not NAME_RE.match(name):
-        raise r.fail("pipeline", f"{name!r} must match {NAME_RE.pattern} (it becomes the DAG id)")
-
-    src = r.section("source", required=True)
-    src.check_known({"format", "path", "database", "glob", "max_files_per_trigger",
-                     "max_bytes_per_trigger"})
-    fmt = src.choice("format", FORMATS, default="")
-    landing = src.path("path", required=True)
-    storage = r.section("storage", required=True)
-    storage.check_known({"root", "checkpoint", "quarantine", "ddl_log", "runs"})
-    root = storage.path("root", required=True)
-    if landing is None or root is None:  # unreachable: required=True raised; narrows the types
-        raise r.fail("storage.root", "is required")
-
-    runtime = parse_runtime(r)
-
-    tables_raw = r.raw.get("tables")
-    if not isinstance(tables_raw, dict) or not tables_raw:
-        raise r.fail("tables", "expected a non-empty mapping of table name -> settings")
-    source_db = src.str("database")
-    tables: dict[str, TableConfig] = {}
-    seen_sources: dict[tuple[str | None, str], str] = {}
-    for tname, traw in tables_raw.items():
-        tr = _Reader(file, traw or {}, f"tables.{tname}")
-        if traw is not None and not isinstance(traw, dict):
-            raise tr.fail("", f"expected a mapping, got {traw!r}")
-        t = _parse_table(tr, str(tname), fmt, source_db, root)
-        ident = (t.database, t.source_table)
-        if ident in seen_sources:
-            raise tr.fail("source_table", f"{t.database}.{t.source_table} is already replicated by "
-                          f"tables.{seen_sources[ident]}")
-        seen_sources[ident] = t.name
-        tables[t.name] = t
-    paths = [t.path for t in tables.values()]
-    if len(set(paths)) != len(paths):
-        raise r.fail("tables", "two tables share one target path")
-
-    max_files = src.int("max_files_per_trigger", default=1000) or 1000
-    return PipelineConfig(
-        file=file,
-        name=name,
-        description=r.str("description", default="") or "",
-        owner=r.str("owner", default="data-engineering") or "data-engineering",
-        tags=r.names("tags", default=()) or (),
-        schedule=_parse_schedule(r),
-        start_date=str(r.raw.get("start_date", "2026-01-01")),
-        retries=r.int("retries", default=2, minimum=0) or 0,
-        source_format=fmt,  # type: ignore[arg-type]
-        landing_path=landing,
-        source_database=source_db,
-        file_glob=src.str("glob"),
-        max_files_per_trigger=max_files,
-        max_bytes_per_trigger=src.int("max_bytes_per_trigger", default=None),
-        trigger=r.choice("trigger", TRIGGERS, default="available_now"),  # type: ignore[arg-type]
-        lake_root=root,
-        checkpoint_path=storage.path("checkpoint", default=root / "_checkpoints" / name),  # type: ignore[arg-type]
-        quarantine_path=storage.path("quarantine", default=root / "_quarantine"),  # type: ignore[arg-type]
-        ddl_log_path=storage.path("ddl_log", default=root / "_ddl_log"),  # type: ignore[arg-type]
-        runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type]
-        **runtime,
-        infer_temporal=r.bool("infer_temporal", default=True),
-        tables=tables,
-        ignore_tables=r.names("ignore_tables", default=()) or (),
-        capture=_parse_capture(r, fmt, source_db, tables),
-        quarantine_limits=parse_quarantine_limits(r),
-        maintenance=_parse_maintenance(r),
-    )
-
-
-_START_RE = re.compile(r"^(earliest|current|[A-Za-z0-9_.-]+:\d+)$")
-
-
-def parse_runtime(r: _Reader) -> dict[str, Any]:
+def parse_runtime(r: Reader) -> dict[str, Any]:
     """The sections every pipeline kind shares, as keyword arguments of its config dataclass:
     ``engine:`` (``name``, ``delta_spark``), ``spark:`` (``conf``, ``conn_id``) and ``lock:``.
 
@@ -506,43 +302,13 @@ def parse_runtime(r: _Reader) -> dict[str, Any]:
     }
 
 
-def _parse_maintenance(r: _Reader) -> Any:
+def parse_maintenance(r: Reader) -> Any:
     """``maintenance:`` (absent: no maintenance DAG); see :mod:`cdc_lake.maintenance`."""
     if "maintenance" not in r.raw:
         return None
     from cdc_lake.maintenance import MaintenanceSettings
 
     return MaintenanceSettings.parse(r.section("maintenance"))
-
-
-def _parse_capture(r: _Reader, fmt: str, source_db: str | None,
-                   tables: dict[str, TableConfig]) -> CaptureConfig | None:
-    if r.raw.get("capture") is None:
-        return None
-    c = r.section("capture")
-    c.check_known({"type", "conn_id", "databases", "tables", "server_id", "start", "state"})
-    if fmt != "maxwell":
-        raise c.fail("type", f"the capture module lands Maxwell JSON; set source.format: maxwell "
-                     f"(got {fmt!r})")
-    dbs = c.names("databases", default=None)
-    if not dbs:
-        found = sorted({t.database for t in tables.values() if t.database} |
-                       ({source_db} if source_db else set()))
-        if not found:
-            raise c.fail("databases", "name the schemas to capture (or set source.database)")
-        dbs = tuple(found)
-    start = c.str("start", default="earliest") or "earliest"
-    if not _START_RE.match(start):
-        raise c.fail("start", f"{start!r}: use earliest, current or BINLOG_FILE:POS")
-    return CaptureConfig(
-        type=c.choice("type", ("mariadb",), default="mariadb"),  # type: ignore[arg-type]
-        conn_id=c.str("conn_id", default="cdc_mariadb") or "cdc_mariadb",
-        databases=dbs,
-        tables=c.names("tables", default=()) or (),
-        server_id=c.int("server_id", default=None),
-        start=start,
-        state_path=c.path("state"),
-    )
 
 
 def load_all(directory: str | os.PathLike[str]) -> tuple[list[Any], list[ConfigError]]:
@@ -564,10 +330,3 @@ def load_all(directory: str | os.PathLike[str]) -> tuple[list[Any], list[ConfigE
         else:
             names[cfg.name] = cfg.file
     return ok, bad
-
-
-# Shared building blocks for the other kinds' config modules (cdc_lake.enrich.config, ...), so
-# every kind validates the same way and its errors name file, dotted key, value and fix.
-Reader = _Reader
-expand_env = _expand_env
-parse_schedule = _parse_schedule

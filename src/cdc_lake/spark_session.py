@@ -12,7 +12,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from cdc_lake.config import LAUNCH_CONF, PipelineConfig
+from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.config import LAUNCH_CONF
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"

@@ -34,7 +34,7 @@ from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_lake.airflow.subprocess_task import run_module
-from cdc_lake.config import CaptureConfig, PipelineConfig
+from cdc_lake.cdc.config import CaptureConfig, PipelineConfig
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -34,7 +34,8 @@ from airflow.sdk.exceptions import AirflowTimetableInvalid
 from cdc_lake.airflow import pipelines_dir
 from cdc_lake.airflow.operator import CdcSparkSubmitOperator
 from cdc_lake.airflow.params import build_params
-from cdc_lake.config import ConfigError, PipelineConfig, Schedule, load_all
+from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.config import ConfigError, Schedule, load_all
 
 TASK_ID = "ingest"
 CAPTURE_TASK_ID = "capture"

@@ -48,7 +48,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from cdc_lake.airflow import REPO_ROOT
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.params import RunParams, validate_run_params
-from cdc_lake.config import LAUNCH_CONF, PipelineConfig
+from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.config import LAUNCH_CONF
 from cdc_lake.runids import run_summary_path
 
 if TYPE_CHECKING:

@@ -26,7 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cdc_lake.config import PipelineConfig, load_all
+from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.config import load_all
 
 from cdc_lake.airflow import PIPELINES_DIR_ENV, pipelines_dir  # noqa: F401  (one definition)
 

@@ -3,6 +3,7 @@ source table, MERGEd exactly once per micro-batch.
 
 Read in pipeline order:
 
+* :mod:`cdc_lake.cdc.config` - the ``kind: cdc`` YAML -> ``PipelineConfig`` (tables, keys, SCD).
 * :mod:`cdc_lake.cdc.job` - ``run_pipeline``: lock, readStream(text), foreachBatch, summary.
 * :mod:`cdc_lake.cdc.formats` - one module per producer format: Spark SQL parse + binlog order.
 * :mod:`cdc_lake.cdc.events` - the normalized change-event contract the formats produce.

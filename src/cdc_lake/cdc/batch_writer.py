@@ -26,7 +26,7 @@ from cdc_lake.cdc import side_tables as side
 from cdc_lake.cdc.widening import widen
 from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
                                    parse_object_schema, resolve, variant_path)
-from cdc_lake.config import PipelineConfig
+from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.engines import Engine, Source, Txn, WriteResult
 
 UNKNOWN = "__unknown__"

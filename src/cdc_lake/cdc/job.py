@@ -36,7 +36,8 @@ from cdc_lake.cdc.state import check_state, record_tables
 from cdc_lake.checkpoint import instance_id
 from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
                                      read_offsets, read_source_log, source_log_files)
-from cdc_lake.config import ConfigError, PipelineConfig
+from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.config import ConfigError
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
 from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from cdc_lake.checkpoint import record_written_tables, written_tables
 from cdc_lake.checkpoint_log import PipelineStateError, remove_unfinished_writes, validate_checkpoint
-from cdc_lake.config import PipelineConfig
+from cdc_lake.cdc.config import PipelineConfig
 
 
 class TableMissing(PipelineStateError):

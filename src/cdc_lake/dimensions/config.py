@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (_TYPE_RE, NAME_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
+from cdc_lake.config import (NAME_RE, TYPE_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
                              parse_runtime, parse_schedule)
 from cdc_lake.locks import LockSettings
 
@@ -169,7 +169,7 @@ def _schema(r: Reader, keys: tuple[str, ...], scd: int) -> dict[str, str] | None
         raise r.fail("schema", f"expected a mapping column -> Spark type, got {raw!r}")
     out: dict[str, str] = {}
     for col, t in raw.items():
-        if not isinstance(t, str) or not _TYPE_RE.match(t.strip()):
+        if not isinstance(t, str) or not TYPE_RE.match(t.strip()):
             raise r.fail(f"schema.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
                          "int, bigint, string, decimal(10,2), date, timestamp")
         out[str(col)] = t.strip().lower().replace(" ", "")
