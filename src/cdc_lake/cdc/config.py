@@ -6,6 +6,8 @@ naming the file, the dotted key, the bad value and what to change.
 
 Example::
 
+    from cdc_lake.config import load_pipeline
+
     cfg = load_pipeline("pipelines/shop_maxwell.yaml")
     cfg.tables["orders"].keys        # ('id',)
     cfg.table_path("orders")         # PosixPath('/abs/data/lake/shop_maxwell/orders')
