@@ -3,9 +3,9 @@
 See ``tests/chaos/__init__.py`` and RELIABILITY.md. Every kill is a real SIGKILL of a real
 driver process group (``python spark_jobs/cdc_ingest.py``: Python + its JVM), so each costs a
 JVM start. The default tier runs ``test_chaos_default_tier`` (``CDC_CHAOS_KILLS``, default 20
-random kills, 2-3 in a row per step), the regression test of bug A, and (in other files) the kills at every named point
-of ``tests/test_crash_recovery.py`` and ``tests/test_enrich_crash.py``; the slow tier
-(``CDC_SLOW=1``) adds ``test_chaos_slow_tier`` (at least 300 kills). The seed is random per run
+random kills, 2-3 in a row per step), the regression test of bug A, and (in another file) the
+kills at every named point of ``tests/test_crash_recovery.py``; the slow tier (``CDC_SLOW=1``) adds
+those of ``tests/test_enrich_crash.py`` and ``test_chaos_slow_tier`` (at least 300 kills). The seed is random per run
 (``CDC_CHAOS_SEED`` fixes it) and is printed with every failure; ``python -m tests.chaos --kills N
 --seed S`` reproduces a run.
 """
