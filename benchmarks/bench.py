@@ -15,7 +15,8 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
    events/s and peak RSS of the process tree (Python driver + JVM + delta-rs); ``xlarge`` is the
    same with ``--xlarge-events`` (1M) in ``--xlarge-files``, one repetition;
 3. flat cost — one process runs the same-size increment ``--history`` times; run time vs. the
-   number of earlier runs (first vs. 10th/50th/100th);
+   number of earlier runs (first vs. 10th/50th/100th), with the pipeline's table maintenance
+   (what its maintenance DAG runs) after every ``--maintain-every`` runs (default 10; 0: never);
 4. peer — at the end of (3), a naive full recompute of the same tables (read the whole landing
    history, latest row per key, overwrite) vs. one incremental run, in the same process;
 5. enrichment — the same small-increment and large-batch ratios for ``kind: enrich``
@@ -194,21 +195,29 @@ def _columns(table: str) -> set[str]:
     return set(g._row(table).keys()) | set(bi.TABLES[table])
 
 
-def case_flat_and_peer(work: Path, history: int, events: int, marks: list[int]) -> dict[str, Any]:
+def case_flat_and_peer(work: Path, history: int, events: int, marks: list[int],
+                       maintain_every: int = 0) -> dict[str, Any]:
+    """``maintain_every`` N > 0: run the pipeline's table maintenance (what its maintenance DAG
+    runs: compaction, Delta checkpoint, VACUUM) after every N-th run, timed apart from the runs."""
     from cdc_lake.cdc.job import run_pipeline
     from cdc_lake.config import load_pipeline
+    from cdc_lake.maintenance import run_maintenance
     from cdc_lake.spark_session import build_session
 
     base = work / "flat"
     landing = Landing(base / "landing", seed=13)
     cfg = load_pipeline(bi.pipeline_yaml(base, None))
     spark = build_session(cfg, app_name="bench-flat")
-    times = []
+    times, maintenance_s = [], []
     for i in range(history):
         landing.add(events, 1)
         t0 = time.perf_counter()
         run_pipeline(cfg, spark=spark, run_id=f"h{i}")
         times.append(round(time.perf_counter() - t0, 3))
+        if maintain_every and (i + 1) % maintain_every == 0:
+            t0 = time.perf_counter()
+            run_maintenance(cfg, pipelines=[cfg])
+            maintenance_s.append(round(time.perf_counter() - t0, 3))
         if (i + 1) % 10 == 0:
             print(f"[bench] flat: {i + 1}/{history} runs, last {times[-1]} s", flush=True)
     # run 1 pays the JVM's warm-up; "after 1 earlier run" (run 2) is the baseline
@@ -218,6 +227,7 @@ def case_flat_and_peer(work: Path, history: int, events: int, marks: list[int]) 
     spark.stop()
     inc = statistics.median(times[-3:])
     return {"events_per_run": events, "history": history, "run_s": times,
+            "maintain_every": maintain_every, "maintenance_s": maintenance_s,
             "first_s": round(first, 3), "at": at, "ratio_last_first": round(inc / first, 2),
             "recompute_s": [round(x, 3) for x in recompute],
             "peer_ratio": round(min(recompute) / inc, 2)}
@@ -233,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xlarge-events", type=int, default=1_000_000)
     p.add_argument("--xlarge-files", type=int, default=200)
     p.add_argument("--history", type=int, default=100)
+    p.add_argument("--maintain-every", type=int, default=10,
+                   help="flat cost: run the table maintenance after every N runs (0: never)")
     p.add_argument("--out", type=Path, default=None, help="report folder (default: docs/, temp for --quick)")
     p.add_argument("--cases", default=",".join(CASES),
                    help=f"comma-separated subset of {','.join(CASES)}; the others keep their figures "
@@ -246,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.small_events, a.large_events, a.large_files, a.history = 200, 4000, 4, 5
         a.xlarge_events, a.xlarge_files = 8000, 8
+        a.maintain_every = min(a.maintain_every, 2)
     reps = a.reps or (1 if a.quick else 3)
     out = a.out or (Path(tempfile.mkdtemp(prefix="cdc-bench-report-")) if a.quick else REPO / "docs")
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
@@ -270,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench]   ratio {res['xlarge']['ratio']}", flush=True)
         if "flat" in cases:
             print("[bench] flat cost + peer", flush=True)
-            res["flat"] = case_flat_and_peer(work, a.history, a.small_events, [1, 10, 50, 100])
+            res["flat"] = case_flat_and_peer(work, a.history, a.small_events, [1, 10, 50, 100],
+                                             maintain_every=a.maintain_every)
         if "enrich" in cases:
             print("[bench] enrichment: small increment + large batch", flush=True)
             res["enrich"] = be.case_enrich(work, a.small_events, a.large_events, reps, _wall,
