@@ -19,6 +19,8 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
    (what its maintenance DAG runs) after every ``--maintain-every`` runs (default 10; 0: never);
 4. peer — at the end of (3), a naive full recompute of the same tables (read the whole landing
    history, latest row per key, overwrite) vs. one incremental run, in the same process;
+   ``peer_long`` repeats (3)+(4) with ``--long-events`` (10k) per run, so that the 100 runs
+   of history hold 1M events (where a recompute has real work to do);
 5. enrichment — the same small-increment and large-batch ratios for ``kind: enrich``
    (``bench_enrich.py``: fact change feed joined with four dimensions, one aggregate).
 
@@ -28,7 +30,7 @@ itself (table, plots, what bounds the misses) is ``bench_report.py``.
 
 Usage::
 
-    python benchmarks/bench.py                # full size (~15-25 min on 2 cores)
+    python benchmarks/bench.py                # full size (~30-40 min on 2 cores)
     python benchmarks/bench.py --quick        # CI smoke (~3-5 min)
     python benchmarks/bench.py --cases enrich # re-measure one case, regenerate the report
 """
@@ -196,7 +198,7 @@ def _columns(table: str) -> set[str]:
 
 
 def case_flat_and_peer(work: Path, history: int, events: int, marks: list[int],
-                       maintain_every: int = 0) -> dict[str, Any]:
+                       maintain_every: int = 0, name: str = "flat") -> dict[str, Any]:
     """``maintain_every`` N > 0: run the pipeline's table maintenance (what its maintenance DAG
     runs: compaction, Delta checkpoint, VACUUM) after every N-th run, timed apart from the runs."""
     from cdc_lake.cdc.job import run_pipeline
@@ -204,7 +206,7 @@ def case_flat_and_peer(work: Path, history: int, events: int, marks: list[int],
     from cdc_lake.maintenance import run_maintenance
     from cdc_lake.spark_session import build_session
 
-    base = work / "flat"
+    base = work / name
     landing = Landing(base / "landing", seed=13)
     cfg = load_pipeline(bi.pipeline_yaml(base, None))
     spark = build_session(cfg, app_name="bench-flat")
@@ -219,7 +221,7 @@ def case_flat_and_peer(work: Path, history: int, events: int, marks: list[int],
             run_maintenance(cfg, pipelines=[cfg])
             maintenance_s.append(round(time.perf_counter() - t0, 3))
         if (i + 1) % 10 == 0:
-            print(f"[bench] flat: {i + 1}/{history} runs, last {times[-1]} s", flush=True)
+            print(f"[bench] {name}: {i + 1}/{history} runs, last {times[-1]} s", flush=True)
     # run 1 pays the JVM's warm-up; "after 1 earlier run" (run 2) is the baseline
     first = statistics.median(times[1:4])
     at = {m: round(statistics.median(times[max(1, m - 1):m + 2]), 3) for m in marks if m < history}
@@ -243,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xlarge-events", type=int, default=1_000_000)
     p.add_argument("--xlarge-files", type=int, default=200)
     p.add_argument("--history", type=int, default=100)
+    p.add_argument("--long-events", type=int, default=10_000,
+                   help="peer_long: events per run (history x this = the recomputed history)")
     p.add_argument("--maintain-every", type=int, default=10,
                    help="flat cost: run the table maintenance after every N runs (0: never)")
     p.add_argument("--out", type=Path, default=None, help="report folder (default: docs/, temp for --quick)")
@@ -257,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown case(s) {unknown}; valid: {list(CASES)}")
     if a.quick:
         a.small_events, a.large_events, a.large_files, a.history = 200, 4000, 4, 5
+        a.long_events = 400
         a.xlarge_events, a.xlarge_files = 8000, 8
         a.maintain_every = min(a.maintain_every, 2)
     reps = a.reps or (1 if a.quick else 3)
@@ -285,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
             print("[bench] flat cost + peer", flush=True)
             res["flat"] = case_flat_and_peer(work, a.history, a.small_events, [1, 10, 50, 100],
                                              maintain_every=a.maintain_every)
+        if "peer_long" in cases:
+            print(f"[bench] peer, {a.long_events} events per run", flush=True)
+            res["peer_long"] = case_flat_and_peer(work, a.history, a.long_events, [],
+                                                  maintain_every=a.maintain_every, name="peer_long")
+            print(f"[bench]   peer ratio {res['peer_long']['peer_ratio']}", flush=True)
         if "enrich" in cases:
             print("[bench] enrichment: small increment + large batch", flush=True)
             res["enrich"] = be.case_enrich(work, a.small_events, a.large_events, reps, _wall,
