@@ -19,13 +19,15 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = (tmp_path / "benchmarks.md").read_text()
-    for case in ("small increment", "large batch", "flat cost", "peer",
+    for case in ("small increment", "large batch", "flat cost", "peer", "peer, long history",
                  "enrichment: small increment", "enrichment: large batch"):
         assert f"| {case} |" in report
     assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-ratios.png").stat().st_size > 1000
+    assert (tmp_path / "img" / "bench-peer.png").stat().st_size > 1000
     res = json.loads((tmp_path / "bench.json").read_text())
     assert res["large"]["events"] == 4000 and len(res["flat"]["run_s"]) == 5
+    assert res["peer_long"]["events_per_run"] == 400 and len(res["peer_long"]["run_s"]) == 5
     assert res["small"]["median_count_s"] > 0 and res["large"]["median_scan_s"] > 0
     assert res["enrich"]["large"]["events"] == 4000 and res["enrich"]["small"]["median_job_s"] > 0
     assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"
