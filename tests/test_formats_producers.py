@@ -180,6 +180,55 @@ def test_line_above_parser_limit_is_quarantined_with_the_limit_named(spark, tmp_
     assert f"line of {large[0]} bytes" in large[1]
 
 
+def test_line_that_is_not_valid_utf8_is_quarantined_not_stored_changed(spark, tmp_path):
+    """Invalid UTF-8 bytes in a line (a producer or transfer with the wrong encoding) used to be
+    decoded with U+FFFD replacement characters and stored as changed values, silently. The
+    line is quarantined with a reason saying so; valid UTF-8 (incl. a BOM and CRLF) loads."""
+    cfg = _pipeline(tmp_path, "maxwell", name="mx_utf8")
+    good = json.dumps(_mx(1, "insert", 1, "Müller ✓", 1_700_000_100), ensure_ascii=False)
+    bad = json.dumps(_mx(2, "insert", 2, "@@", 1_700_000_101)).encode("utf-8")
+    raw = ("\ufeff" + good + "\r\n").encode("utf-8") + bad.replace(b"@@", b"\xff\xfeok") + b"\n"
+    (cfg.landing_path / ".001.tmp").write_bytes(raw)
+    (cfg.landing_path / ".001.tmp").rename(cfg.landing_path / "001.json")
+    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    assert s["status"] == "succeeded" and s["quarantined"] == 1
+    assert {i: r["name"] for i, r in _by_id(cfg).items()} == {1: "Müller ✓"}
+    [q] = _quarantine(cfg)
+    assert q["reason"].startswith("line is not valid UTF-8"), q["reason"]
+    assert "\ufffd\ufffdok" in q["raw_line"]  # shown with replacement characters
+
+
+def test_every_parser_refuses_invalid_utf8(spark):
+    """The three parsers on one line whose only defect is an invalid UTF-8 byte sequence."""
+    from pyspark.sql import functions as F
+
+    from cdc_lake.cdc.formats import parser_for
+
+    lines = {
+        "maxwell": _mx(1, "insert", 1, "@@", 1_700_000_100),
+        "canal": {"data": [{"id": "1", "name": "@@"}], "database": "inventory", "es": 1700000100000,
+                  "id": 1, "isDdl": False, "mysqlType": {"id": "int", "name": "varchar(20)"},
+                  "old": None, "pkNames": ["id"], "table": "products", "ts": 1700000100001,
+                  "type": "INSERT"},
+        "debezium": {"before": None, "after": {"id": 1, "name": "@@"}, "op": "c",
+                     "ts_ms": 1700000100001, "source": {"db": "inventory", "table": "products",
+                                                        "file": "mysql-bin.000001", "pos": 4,
+                                                        "row": 0, "ts_ms": 1700000100000}},
+    }
+    for fmt, obj in lines.items():
+        data = json.dumps(obj).encode("utf-8")
+        for payload, valid in ((b"ok", True), (b"\xc3\x28", False)):
+            df = spark.createDataFrame([("f.json", data.replace(b"@@", payload))],
+                                       "_file string, b binary")
+            df = df.select("_file", F.col("b").cast("string").alias("_line"))
+            [row] = parser_for(fmt)(df).collect()
+            if valid:
+                assert row["_error"] is None, (fmt, row["_error"])
+            else:
+                assert row["_error"] and row["_error"].startswith("line is not valid UTF-8"), \
+                    (fmt, row["_error"])
+
+
 # ------------------------------------------------------------------ Debezium (items 12, 13)
 
 def _dt(s: str) -> datetime:

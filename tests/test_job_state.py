@@ -13,7 +13,7 @@ import pytest
 from job_helpers import event, land, pipeline, rows
 
 from cdc_lake.cdc.job import run_pipeline
-from cdc_lake.cdc.state import TableMissing
+from cdc_lake.cdc.state import TableDamaged, TableMissing
 from cdc_lake.checkpoint_log import last_committed_batch
 
 JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "cdc_ingest.py"
@@ -43,6 +43,34 @@ def test_deleted_table_stops_the_run_and_a_full_refresh_recovers(spark, tmp_path
     r = _cli(cfg.file)
     assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and "--tables orders" in r.stderr, r.stderr
 
+    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    s = run_pipeline(cfg, spark=spark, run_id="r3")
+    assert s["status"] == "succeeded"
+    assert rows(orders) == {i: f"s{i}" for i in range(1, 7)}
+    assert rows(cfg.tables["customers"].path) == {9: "s9"}
+
+
+def test_damaged_delta_log_names_the_table_and_the_move_aside_recovery_converges(spark, tmp_path):
+    """A truncated Delta log file of a table the checkpoint wrote: the run stops before Spark
+    with a message naming the table, the path and the recovery (it used to fail inside the
+    micro-batch with a Spark stack trace); the recovery it prints restores every row."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i) for i in range(1, 6)), event(9, "customers"))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    orders = cfg.tables["orders"].path
+    last = sorted((orders / "_delta_log").glob("*.json"))[-1]
+    last.write_text(last.read_text()[:25])  # torn write / disk trouble
+    land(cfg.landing_path, "b.json", event(6))
+
+    with pytest.raises(TableDamaged) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    msg = str(e.value)
+    assert "'orders'" in msg and str(orders) in msg and "customers" not in msg, msg
+    assert f"mv {orders} {orders}.damaged" in msg and "--full-refresh --tables orders" in msg, msg
+    r = _cli(cfg.file)
+    assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(orders) in r.stderr, r.stderr
+
+    shutil.move(str(orders), f"{orders}.damaged")  # the recovery the message names
     run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
     s = run_pipeline(cfg, spark=spark, run_id="r3")
     assert s["status"] == "succeeded"

@@ -375,7 +375,9 @@ class BatchWriter:
             for part in rejected_parts[1:]:
                 rejected = rejected.unionByName(part)
             frames["side:quarantine"] = side.conform(rejected.select(
-                F.col("_file").alias("source_file"), F.col("_line").alias("raw_line"), "reason",
+                F.col("_file").alias("source_file"),
+                # a line that is not UTF-8 is shown with U+FFFD (Arrow/Delta strings are UTF-8)
+                F.make_valid_utf8("_line").alias("raw_line"), "reason",
                 "source_table", F.lit(self.cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
                 F.current_timestamp().alias("quarantined_at")), side.QUARANTINE)

@@ -75,15 +75,33 @@ def select_normalized(df, *, ordered: bool = False):  # type: ignore[no-untyped-
     return df.select(*COLUMNS, *([ORDER_COLUMN] if ordered else []))
 
 
+def parse_line(line: Column) -> Column:
+    """The line as a variant, or null: not valid UTF-8, not JSON, or beyond a parser limit.
+
+    Spark's text source keeps a line's bytes as they are; decoding invalid UTF-8 would put
+    U+FFFD replacement characters into the values, i.e. store changed values. Such lines are
+    refused here (:func:`json_failure` names the reason). Example::
+
+        v = parse_line(F.col("_line"))  # in every format parser instead of try_parse_json
+    """
+    return F.when(F.is_valid_utf8(line), F.try_parse_json(line))
+
+
 def json_failure(line: Column) -> Column:
-    """Why ``try_parse_json(line)`` gave null: a parser limit (named, with the sizes) or malformed.
+    """Why :func:`parse_line` gave null: invalid UTF-8, a parser limit (named, with the sizes)
+    or malformed JSON.
 
     Evaluate only for lines that did not parse (inside ``when(v.isNull(), ...)``).
     """
     nbytes = F.octet_length(line)
     longest_string = F.array_max(F.transform(F.split(line, '"'), lambda x: F.length(x)))
     mib = F.format_number(nbytes / (1024 * 1024), 1)
-    return (F.when(nbytes > VARIANT_SIZE_LIMIT, F.concat(
+    return (F.when(~F.is_valid_utf8(line), F.concat(
+                F.lit("line is not valid UTF-8 (line of "), nbytes.cast("string"),
+                F.lit(" bytes): not parsed, since decoding it would store changed values; "
+                      "raw_line shows the invalid bytes as U+FFFD; land UTF-8 (the producer's "
+                      "or the transfer's encoding)")))
+            .when(nbytes > VARIANT_SIZE_LIMIT, F.concat(
                 F.lit("line too large: "), nbytes.cast("string"), F.lit(" bytes ("), mib,
                 F.lit(f" MiB) is above Spark's variant size limit of {VARIANT_SIZE_LIMIT} bytes "
                       "(128 MiB); not parsed (JSON validity unknown)")))

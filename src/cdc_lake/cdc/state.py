@@ -4,6 +4,8 @@
 * Every Delta table (and tombstone table) the checkpoint has written still exists. A table
   deleted while its checkpoint survives would otherwise be re-created holding only the changes
   that arrive from now on (seen: 5 rows became 1, exit 0).
+* Each of those tables' Delta log can be read (a truncated or garbled log file would otherwise
+  fail the run deep inside a micro-batch with a Spark stack trace).
 
 Both raise a :class:`~cdc_lake.checkpoint_log.PipelineStateError` that names the file or table
 and the recovery command; the CLI exits 3 (no retry helps). After a successful check and after
@@ -37,6 +39,14 @@ class TableMissing(PipelineStateError):
                          f"Recovery: {recovery}")
 
 
+class TableDamaged(PipelineStateError):
+    """A Delta table the checkpoint has written exists but its log cannot be read."""
+
+    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
+        self.tables = tables
+        super().__init__(f"{detail}; no run can read or write it. Recovery: {recovery}")
+
+
 def _job_cmd(cfg: PipelineConfig, *extra: str) -> str:
     return " ".join(["spark-submit", "spark_jobs/cdc_ingest.py", "--pipeline", str(cfg.file), *extra])
 
@@ -59,6 +69,15 @@ def _exists(path: Path) -> bool:
     return DeltaTable.is_deltatable(str(path))
 
 
+def _unreadable(path: Path) -> str | None:
+    """Why the Delta table at ``path`` cannot be loaded (its log replayed), else None."""
+    try:
+        DeltaTable(str(path))
+    except Exception as e:  # noqa: BLE001 - delta-rs raises DeltaError/OSError/...; all mean damaged
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    return None
+
+
 def check_state(cfg: PipelineConfig) -> None:
     """Raise :class:`PipelineStateError` if the checkpoint or a table it wrote is damaged/missing."""
     for f in remove_unfinished_writes(cfg.checkpoint_path):
@@ -66,6 +85,7 @@ def check_state(cfg: PipelineConfig) -> None:
     validate_checkpoint(cfg.checkpoint_path, recovery=reset_command(cfg))
     written = written_tables(cfg.checkpoint_path)
     missing: dict[str, str] = {}
+    damaged: list[tuple[str, Path, str]] = []  # (table, path of the table or its tombstones, why)
     for kind, recorded in written.items():
         for name, old_path in recorded.items():
             if name not in cfg.tables:
@@ -75,10 +95,20 @@ def check_state(cfg: PipelineConfig) -> None:
                 where = str(path) if str(path) == old_path else f"{path} (it was written at {old_path})"
                 missing.setdefault(name, f"{'table' if kind == 'tables' else 'tombstone table'} "
                                          f"{name!r}: no Delta table at {where}")
+            elif (problem := _unreadable(path)) is not None:
+                damaged.append((name, path, problem))
     if missing:
         detail = (f"pipeline {cfg.name!r}: checkpoint {cfg.checkpoint_path} has written "
                   + "; ".join(missing[n] for n in sorted(missing)))
         raise TableMissing(sorted(missing), detail, refresh_command(cfg, sorted(missing)))
+    if damaged:
+        names = sorted({n for n, _, _ in damaged})
+        detail = f"pipeline {cfg.name!r}: " + "; ".join(
+            f"the Delta log of {n!r} at {path} cannot be read ({why})" for n, path, why in damaged)
+        aside = " && ".join(f"mv {path} {path}.damaged" for _, path, _ in damaged)
+        raise TableDamaged(names, detail, (
+            f"restore the damaged file under _delta_log from a copy if you have one; else move the "
+            f"table aside (`{aside}`) and {refresh_command(cfg, names)}"))
 
 
 def record_tables(cfg: PipelineConfig) -> None:

@@ -23,14 +23,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.events import (ORDER_COLUMN, ORDINAL, json_failure, line_position, pad,
-                                 select_normalized, vget)
+                                 parse_line, select_normalized, vget)
 
 _OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot"}
 
 
 def parse(lines: DataFrame) -> DataFrame:
     df = lines.select("_file", "_line", line_position().alias(ORDER_COLUMN),
-                      F.try_parse_json("_line").alias("v"))
+                      parse_line(F.col("_line")).alias("v"))
     v = F.col("v")
     is_ddl = F.coalesce(vget(v, "$.isDdl", "boolean"), F.lit(False))
     rows = F.when(~is_ddl, vget(v, "$.data", "array<variant>"))

@@ -19,7 +19,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import binlog_file_number, json_failure, pad, select_normalized, vget
+from cdc_lake.cdc.events import (binlog_file_number, json_failure, pad, parse_line,
+                                 select_normalized, vget)
 
 _FIELDS = ("array<struct<field:string,type:string,name:string,parameters:map<string,string>,"
            "fields:array<struct<field:string,type:string,name:string,"
@@ -30,7 +31,7 @@ _SNAPSHOT_VALUES = ("true", "last", "first", "first_in_data_collection", "last_i
 
 
 def parse(lines: DataFrame) -> DataFrame:
-    v = F.try_parse_json("_line")
+    v = parse_line(F.col("_line"))
     df = lines.select("_file", "_line", v.alias("v"))
     wrapped = vget(F.col("v"), "$.payload").isNotNull() & vget(F.col("v"), "$.schema").isNotNull()
     df = df.withColumn("env", F.when(wrapped, vget(F.col("v"), "$.payload")).otherwise(F.col("v")))
