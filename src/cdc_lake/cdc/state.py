@@ -73,8 +73,10 @@ def _unreadable(path: Path) -> str | None:
     """Why the Delta table at ``path`` cannot be loaded (its log replayed), else None."""
     try:
         DeltaTable(str(path))
-    except Exception as e:  # noqa: BLE001 - delta-rs raises DeltaError/OSError/...; all mean damaged
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    except OSError:
+        raise  # the storage, not the table (may be transient): an ordinary failure, retried
+    except Exception as e:  # noqa: BLE001 - DeltaError (log JSON/parquet/protocol) and kin
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     return None
 
 
