@@ -78,6 +78,28 @@ def test_damaged_delta_log_names_the_table_and_the_move_aside_recovery_converges
     assert rows(cfg.tables["customers"].path) == {9: "s9"}
 
 
+def test_damaged_quarantine_log_names_it_and_moving_it_aside_lets_runs_go_on(spark, tmp_path):
+    """The quarantine is appended to by every run with a bad line: an unreadable log is named
+    before Spark starts, and the recovery it prints (move it aside) lets the next run go on."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), "{not json")
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    q = cfg.quarantine_path
+    last = sorted((q / "_delta_log").glob("*.json"))[-1]
+    last.write_text(last.read_text()[:25])
+    land(cfg.landing_path, "b.json", event(2), "{still not json")
+
+    with pytest.raises(TableDamaged) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    msg = str(e.value)
+    assert "quarantine table" in msg and str(q) in msg and f"mv {q} {q}.damaged" in msg, msg
+
+    shutil.move(str(q), f"{q}.damaged")
+    s = run_pipeline(cfg, spark=spark, run_id="r3")
+    assert s["status"] == "succeeded" and s["quarantined"] == 1
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
+
+
 @pytest.mark.parametrize("damage", ["offsets_empty", "commits_truncated", "metadata_empty",
                                     "source_log_truncated", "offsets_missing_source"])
 def test_damaged_checkpoint_file_names_the_file_and_the_recovery(tmp_path, damage, request):

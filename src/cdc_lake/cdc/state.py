@@ -4,8 +4,9 @@
 * Every Delta table (and tombstone table) the checkpoint has written still exists. A table
   deleted while its checkpoint survives would otherwise be re-created holding only the changes
   that arrive from now on (seen: 5 rows became 1, exit 0).
-* Each of those tables' Delta log can be read (a truncated or garbled log file would otherwise
-  fail the run deep inside a micro-batch with a Spark stack trace).
+* Each of those tables' Delta log, and the quarantine's and DDL log's, can be read (a truncated
+  or garbled log file would otherwise fail the run deep inside a micro-batch with a Spark stack
+  trace).
 
 Both raise a :class:`~cdc_lake.checkpoint_log.PipelineStateError` that names the file or table
 and the recovery command; the CLI exits 3 (no retry helps). After a successful check and after
@@ -104,13 +105,35 @@ def check_state(cfg: PipelineConfig) -> None:
                   + "; ".join(missing[n] for n in sorted(missing)))
         raise TableMissing(sorted(missing), detail, refresh_command(cfg, sorted(missing)))
     if damaged:
-        names = sorted({n for n, _, _ in damaged})
-        detail = f"pipeline {cfg.name!r}: " + "; ".join(
-            f"the Delta log of {n!r} at {path} cannot be read ({why})" for n, path, why in damaged)
-        aside = " && ".join(f"mv {path} {path}.damaged" for _, path, _ in damaged)
-        raise TableDamaged(names, detail, (
-            f"restore the damaged file under _delta_log from a copy if you have one; else move the "
-            f"table aside (`{aside}`) and {refresh_command(cfg, names)}"))
+        _raise_damaged(cfg, damaged)
+    _check_side_tables(cfg)
+
+
+def _raise_damaged(cfg: PipelineConfig, damaged: list[tuple[str, Path, str]]) -> None:
+    names = sorted({n for n, _, _ in damaged})
+    detail = f"pipeline {cfg.name!r}: " + "; ".join(
+        f"the Delta log of {n!r} at {path} cannot be read ({why})" for n, path, why in damaged)
+    aside = " && ".join(f"mv {path} {path}.damaged" for _, path, _ in damaged)
+    raise TableDamaged(names, detail, (
+        f"restore the damaged file under _delta_log from a copy if you have one; else move the "
+        f"table aside (`{aside}`) and {refresh_command(cfg, names)}"))
+
+
+def _check_side_tables(cfg: PipelineConfig) -> None:
+    """The quarantine and DDL log: every run appends to them, so an unreadable log fails all."""
+    broken = [(label, path, why) for label, path in (("quarantine", cfg.quarantine_path),
+                                                     ("DDL log", cfg.ddl_log_path))
+              if _exists(path) and (why := _unreadable(path)) is not None]
+    if not broken:
+        return
+    detail = f"pipeline {cfg.name!r}: " + "; ".join(
+        f"the Delta log of the {label} table at {path} cannot be read ({why})"
+        for label, path, why in broken)
+    aside = " && ".join(f"mv {path} {path}.damaged" for _, path, _ in broken)
+    raise TableDamaged([label for label, _, _ in broken], detail, (
+        f"restore the damaged file under _delta_log from a copy if you have one; else move the "
+        f"table aside (`{aside}`): the next run creates a new one, and the rows recorded so far "
+        f"stay readable in the moved copy up to its last readable version"))
 
 
 def record_tables(cfg: PipelineConfig) -> None:
