@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow.compute as pc
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -27,7 +29,7 @@ from cdc_lake.cdc.widening import widen
 from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
                                    parse_object_schema, resolve, variant_path)
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.engines import Engine, Source, Txn, WriteResult
+from cdc_lake.engines import Computed, Engine, Source, Txn, WriteResult
 
 UNKNOWN = "__unknown__"
 IGNORED = "__ignored__"
@@ -245,13 +247,36 @@ class BatchWriter:
         pending_tomb = not self.engine.already_committed(tomb_path, txn)
         if not (pending_table or pending_tomb):
             return {}
-        source = ch.scd1_source(changes, plan.keys, self.engine.read(tomb_path))
+        # delta-rs: the tombstone rule runs after the Spark job, on the batch's keys only
+        tombstones = None if self.engine.computes_to_arrow else self.engine.read(tomb_path)
+        source = ch.scd1_source(changes, plan.keys, tombstones)
         frames = {}
         if pending_table:
             frames["table"] = align(source, existing)
         if pending_tomb:
             frames["tombstones"] = ch.tombstone_source(source, plan.keys)
         return frames
+
+    def _drop_tombstoned(self, work: list[tuple[ch.TablePlan, DataFrame, StructType | None]],
+                         sources: dict[str, Source]) -> None:
+        """The tombstone rule of SCD1 sources computed without it (:func:`ch.drop_tombstoned`):
+        one delta-rs lookup of the tombstones of the batch's keys per table."""
+        for plan, _, _ in work:
+            names = [f"{part}:{plan.name}" for part in ("table", "tombstones")
+                     if f"{part}:{plan.name}" in sources]
+            if plan.scd != 1 or not names:
+                continue
+            computed = [sources[n] for n in names]
+            assert all(isinstance(c, Computed) for c in computed), "engine computes to Arrow"
+            # the table source (if pending) holds every key of the tombstone source
+            first = computed[0].data[plan.keys[0]]  # type: ignore[union-attr]
+            if len(first) == 0:
+                continue
+            lookup = self.engine.read_arrow(str(self.targets.tombstones[plan.name]),
+                                            [*plan.keys, "_cdc_seq"],
+                                            where_in=(plan.keys[0], pc.unique(first).to_pylist()))
+            for n, c in zip(names, computed):
+                sources[n] = Computed(ch.drop_tombstoned(c.data, lookup, plan.keys), c.schema)  # type: ignore[union-attr]
 
     def _write_table(self, plan: ch.TablePlan, sources: dict[str, Source], txn: Txn) -> WriteResult:
         path = str(self.targets.tables[plan.name])
@@ -346,6 +371,8 @@ class BatchWriter:
                 frames[f"{part}:{plan.name}"] = df
         # (bound: the batch's lines; a table's sources hold at most one row or two per change)
         sources = self.engine.compute(frames, rows=2 * sum(r.n for r in counts))
+        if self.engine.computes_to_arrow:
+            self._drop_tombstoned(work, sources)
         phases.mark("compute")
         if self.targets.write_side_tables:
             self._write_side_tables(sources, txn)

@@ -111,6 +111,10 @@ class Engine(ABC):
     """One Delta implementation. Paths are local paths or URIs understood by the engine."""
 
     name: str
+    #: ``compute`` returns every source as Arrow on the driver (:class:`Computed`): work that
+    #: needs only a batch's own keys (e.g. a lookup in a side table) can then follow it there,
+    #: without a Spark read of the whole side table in the plan.
+    computes_to_arrow: bool = False
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark

@@ -42,6 +42,7 @@ PACK_MAX_ROWS = 50_000
 
 class DeltaRsEngine(Engine):
     name = "deltalake"
+    computes_to_arrow = True
 
     def _table(self, path: str) -> DeltaTable | None:
         try:
