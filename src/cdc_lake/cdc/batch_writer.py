@@ -253,14 +253,18 @@ class BatchWriter:
         frames = {}
         if pending_table:
             frames["table"] = align(source, existing)
-        if pending_tomb:
+        if pending_tomb and pending_table and self.engine.computes_to_arrow:
+            self._tombs_from_table.add(plan.name)  # derived on Arrow: no second window in Spark
+        elif pending_tomb:
             frames["tombstones"] = ch.tombstone_source(source, plan.keys)
         return frames
 
-    def _drop_tombstoned(self, work: list[tuple[ch.TablePlan, DataFrame, StructType | None]],
-                         sources: dict[str, Source]) -> None:
-        """The tombstone rule of SCD1 sources computed without it (:func:`ch.drop_tombstoned`):
-        one delta-rs lookup of the tombstones of the batch's keys per table."""
+    def _finish_scd1(self, work: list[tuple[ch.TablePlan, DataFrame, StructType | None]],
+                     sources: dict[str, Source]) -> None:
+        """SCD1 sources computed to Arrow without the tombstone rule: apply it
+        (:func:`ch.drop_tombstoned`, one delta-rs lookup of the batch's keys per table), then
+        derive the tombstone source from the table source where both are pending
+        (:func:`ch.arrow_tombstone_source`)."""
         for plan, _, _ in work:
             names = [f"{part}:{plan.name}" for part in ("table", "tombstones")
                      if f"{part}:{plan.name}" in sources]
@@ -277,6 +281,11 @@ class BatchWriter:
                                             where_in=(plan.keys[0], pc.unique(first).to_pylist()))
             for n, c in zip(names, computed):
                 sources[n] = Computed(ch.drop_tombstoned(c.data, lookup, plan.keys), c.schema)  # type: ignore[union-attr]
+            if plan.name in self._tombs_from_table:
+                table = sources[f"table:{plan.name}"]
+                schema = StructType([table.schema[c] for c in (*plan.keys, "_cdc_seq")])
+                sources[f"tombstones:{plan.name}"] = Computed(
+                    ch.arrow_tombstone_source(table.data, plan.keys), schema)  # type: ignore[union-attr]
 
     def _write_table(self, plan: ch.TablePlan, sources: dict[str, Source], txn: Txn) -> WriteResult:
         path = str(self.targets.tables[plan.name])
@@ -350,6 +359,7 @@ class BatchWriter:
                 observed[n][c] = ObservedColumn(c, "STRING", None, d, ts)
         phases.mark("discover")
         work: list[tuple[ch.TablePlan, DataFrame, StructType | None]] = []
+        self._tombs_from_table: set[str] = set()
         for name in present:
             rows = ev.where((F.col("_target") == name) & (F.col("_kind") == "row") & F.col("_error").isNull())
             plan = self._plan(name, observed[name], pks.get(name, []), existing[name])
@@ -372,7 +382,7 @@ class BatchWriter:
         # (bound: the batch's lines; a table's sources hold at most one row or two per change)
         sources = self.engine.compute(frames, rows=2 * sum(r.n for r in counts))
         if self.engine.computes_to_arrow:
-            self._drop_tombstoned(work, sources)
+            self._finish_scd1(work, sources)
         phases.mark("compute")
         if self.targets.write_side_tables:
             self._write_side_tables(sources, txn)

@@ -160,6 +160,12 @@ def drop_tombstoned(latest: pa.Table, tombstones: pa.Table | None, keys: tuple[s
     return latest.filter(pc.invert(drop))
 
 
+def arrow_tombstone_source(scd1_source: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+    """:func:`tombstone_source` on an SCD1 source computed to Arrow (after
+    :func:`drop_tombstoned`): keys and ``_cdc_seq`` of its deletes."""
+    return scd1_source.filter(pc.equal(scd1_source["_cdc_op"], "delete")).select([*keys, "_cdc_seq"])
+
+
 def scd1_spec(keys: tuple[str, ...]) -> MergeSpec:
     return (MergeSpec(on=keys)
             .when_matched_delete("s._cdc_op = 'delete' AND s._cdc_seq > t._cdc_seq")
