@@ -171,6 +171,22 @@ def _bounds(res: dict[str, Any]) -> str:
         "read+count 6.99 s both, ratio 2.15 -> 2.10, within the spread) and skipping bytecode "
         "verification (a diagnostic JVM option; no gain beyond the spread in 3 runs).")
     lines.append(
+        "2026-11-24, later (cold small-increment spark-submits of the job alone, alternating old "
+        "and new code, 800 events onto a 20k-event lake): with delta-rs the SCD1 tombstone rule "
+        "now runs on Arrow after the Spark job, with a delta-rs lookup of the batch's keys only, "
+        "instead of a Spark scan and broadcast join of each whole tombstone table (3 pairs: "
+        "14.4 -> 12.7 s; the compute phase 5.7 -> 4.3 s; the scan also grew with history); and "
+        "the tombstone source is derived from the computed table source on Arrow instead of a "
+        "second latest-per-key window per table in the plan (2 pairs: 13.4 -> 11.6 s; compute "
+        "5.3 -> 3.3 s). The compute step now runs 13 Spark jobs instead of about 30 (8 cache stages "
+        "of the decoded rows, 4 shuffle-map stages for the windows, the final stage). Both rules are checked against a model in "
+        "`tests/test_tombstone_rule.py`. Measured and not kept: caching PySpark's JVM function "
+        "lookups (a patch of PySpark internals; 2 pairs 11.6 -> 11.3 s: the remaining plan "
+        "building is JVM-side analysis, not Py4J round trips), and not persisting the decoded "
+        "rows per table (14.1 -> 25.4 s: the optimizer then inlines the decoding into every "
+        "use). Not tried: writing the per-column expressions as SQL text (fewer JVM calls), "
+        "since column names come from the data and would have to be quoted into SQL.")
+    lines.append(
         "Profile of a warm 800-event run (2026-11-24, one long-lived session, 5th run, cProfile of "
         "the `foreachBatch` thread + Spark's REST API): the batch took 4.4 s: the survey job 0.2 s; "
         "then 1.9 s on the driver building the write plans (4.7k Py4J calls, each a JVM-side "
@@ -179,7 +195,8 @@ def _bounds(res: dict[str, Any]) -> str:
         "as 29 Spark jobs (4 scans of the cached decoded rows, 12 broadcasts of the tombstone and "
         "existing-row reads, 8 shuffle-map stages for the per-table windows, the final stage), "
         "tasks of a few ms to 0.3 s on 800 rows; then 0.3 s of delta-rs MERGEs. Neither data "
-        "volume nor one hot spot: the cost is the number of plan operators per table.")
+        "volume nor one hot spot: the cost is the number of plan operators per table. (Before "
+        "the tombstone change above: the broadcasts and half of the windows are gone since.)")
     lines.append(
         "Large batch: the survey parses all lines into variants and caches them (the scan only "
         "counts JSON rows), and the compute job decodes every column of every event "
