@@ -141,7 +141,7 @@ def _profile(log: Path, start: int) -> dict[str, Any]:
         text = f.read().decode("utf-8", "replace")
     codegen = [float(x) for x in re.findall(r"Code generated in ([0-9.]+) ms", text)]
     out: dict[str, Any] = {"codegen_classes": len(codegen), "codegen_s": round(sum(codegen) / 1000, 2),
-                           "spark_jobs": len(set(re.findall(r"Job (\d+) finished", text))),
+                           "spark_jobs": len(set(re.findall(r"Job (\d+) (?:is )?finished", text))),
                            "phases": [ln for ln in text.splitlines() if ln.startswith("[cdc] batch")]}
     for ln in text.splitlines():
         if ln.startswith("CDC_RUN_SUMMARY "):

@@ -7,7 +7,8 @@ Read in pipeline order:
 * :mod:`cdc_lake.cdc.job` - ``run_pipeline``: lock, readStream(text), foreachBatch, summary.
 * :mod:`cdc_lake.cdc.formats` - one module per producer format: Spark SQL parse + binlog order.
 * :mod:`cdc_lake.cdc.events` - the normalized change-event contract the formats produce.
-* :mod:`cdc_lake.cdc.batch_writer` - route a micro-batch: type, quarantine, DDL log, per table.
+* :mod:`cdc_lake.cdc.discovery` - a micro-batch's survey: target tables, observed columns, plans.
+* :mod:`cdc_lake.cdc.batch_writer` - the batch's writes: quarantine, DDL log, each table, once.
 * :mod:`cdc_lake.cdc.changes` / :mod:`cdc_lake.cdc.column_types` - latest-per-key, SCD1/SCD2, types.
 
 Shared with the other job kinds (one level up): ``config``, ``engines``, ``checkpoint``,

@@ -19,21 +19,16 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_lake.cdc import changes as ch
 from cdc_lake.cdc import side_tables as side
-from cdc_lake.cdc.widening import widen
-from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
-                                   parse_object_schema, resolve, variant_path)
+from cdc_lake.cdc.discovery import UNKNOWN, observe, plan_table, route, survey
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.engines import Computed, Engine, Source, Txn, WriteResult
 
-UNKNOWN = "__unknown__"
-IGNORED = "__ignored__"
-UNSELECTED = "__unselected__"
 CRASH_ENV = "CDC_CRASH_AT"  # fault injection for tests: SIGKILL this driver at a named point
 
 
@@ -93,24 +88,6 @@ def _crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def route(cfg: PipelineConfig, selected: set[str]) -> Column:
-    """Column naming each event's target table (or UNKNOWN / IGNORED / UNSELECTED)."""
-    expr = None
-    for t in cfg.tables.values():
-        cond = F.col("tbl") == t.source_table
-        if t.database:
-            cond = cond & (F.col("db") == t.database)
-        name = t.name if t.name in selected else UNSELECTED
-        expr = F.when(cond, name) if expr is None else expr.when(cond, name)
-    for ig in cfg.ignore_tables:
-        db, _, tbl = ig.rpartition(".")
-        cond = F.col("tbl") == tbl
-        if db:
-            cond = cond & (F.col("db") == db)
-        expr = expr.when(cond, IGNORED)  # type: ignore[union-attr]
-    return expr.otherwise(UNKNOWN)  # type: ignore[union-attr]
-
-
 def align(df: DataFrame, target: StructType | None) -> DataFrame:
     """Give ``df`` every column of the target table (missing ones null) in the table's types."""
     if target is None:
@@ -129,89 +106,6 @@ class BatchWriter:
         self.selected, self.targets, self.stats = selected, targets, stats
         self._route = route(cfg, selected)
         self._side_ready: set[str] = set()
-
-    # -- discovery ---------------------------------------------------------------------------
-    def _survey(self, ev: DataFrame) -> list:  # type: ignore[type-arg]
-        """One pass over the batch: counts per kind/target and each table's merged variant schema."""
-        usable = (F.col("_kind") == "row") & F.col("_error").isNull()
-        return (ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok"))
-                .agg(F.count(F.lit(1)).alias("n"),
-                     F.expr("schema_of_variant_agg(CASE WHEN _kind = 'row' AND _error IS NULL "
-                            "THEN row END)").alias("vtype"),
-                     F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"))
-                .collect())
-
-    def _hints(self, ev: DataFrame, targets: list[str]) -> dict[str, dict[str, str]]:
-        """Per-column type metadata the format carries (Canal mysqlType, Debezium schema)."""
-        if self.cfg.source_format == "maxwell":
-            return {}
-        distinct = (ev.where(F.col("_target").isin(targets) & F.col("type_hints").isNotNull())
-                    .select("_target", F.array_sort(F.map_entries("type_hints")).alias("h"))
-                    .distinct().collect())
-        hints: dict[str, dict[str, str]] = {}
-        for r in distinct:
-            for e in r.h:
-                hints.setdefault(r._target, {}).setdefault(e[0], e[1])
-        return hints
-
-    def _temporal(self, ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, str], tuple[bool, bool]]:
-        """For string columns with no declared type: do all values look like dates / timestamps?
-
-        One aggregate over the batch for all tables (one Spark job), not one per table.
-        """
-        if not wanted:
-            return {}
-        aggs, names = [], []
-        for target, cols in wanted.items():
-            mine = F.col("_target") == target
-            for c in cols:
-                v = F.try_variant_get("row", variant_path(c), "string")
-                for regex in (DATE_RE, TIMESTAMP_RE):
-                    # bool_and skips the nulls of other tables' rows; no row at all -> False
-                    aggs.append(F.coalesce(F.bool_and(F.when(mine, v.isNull() | v.rlike(regex))),
-                                           F.lit(False)).alias(f"a{len(aggs)}"))
-                names.append((target, c))
-        row = (ev.where((F.col("_kind") == "row") & F.col("_error").isNull()
-                        & F.col("_target").isin(list(wanted)))
-               .agg(*aggs).first())
-        return {tc: (bool(row[2 * i]), bool(row[2 * i + 1])) for i, tc in enumerate(names)}
-
-    def _plan(self, name: str, observed: dict[str, ObservedColumn], pk: list[str],
-              existing: StructType | None) -> ch.TablePlan | str:
-        """The table's plan, or the reason its rows must be quarantined."""
-        t = self.cfg.tables[name]
-        meta = set(ch.META) | set(ch.SCD2_META)
-        existing_types = {f.name: f.dataType.simpleString() for f in (existing.fields if existing else [])
-                          if f.name not in meta}
-        keys = t.keys or tuple(pk)
-        if not keys:
-            return (f"no primary key for table {name}: the events carry none; "
-                    f"set tables.{name}.keys in {self.cfg.file.name}")
-        candidates = list(existing_types) + sorted(c for c in observed if c not in existing_types)
-        for k in keys:
-            if k not in candidates:
-                candidates.append(k)
-        if t.columns is not None:
-            candidates = [c for c in candidates if c in t.columns]
-        candidates = [c for c in candidates if c not in t.exclude_columns and c not in meta]
-        columns: dict[str, ColumnType] = {}
-        widened: dict[str, str] = {}
-        fmt, temporal = self.cfg.source_format, self.cfg.infer_temporal
-        for c in candidates:
-            obs = observed.get(c) or ObservedColumn(c, "VOID", None, False, False)
-            configured, current = t.types.get(c), existing_types.get(c)
-            if current is not None and configured is None and c in observed:
-                # the batch alone would pick `natural`: widen the column when that is lossless
-                natural = resolve(obs, configured=None, existing=None, fmt=fmt, infer_temporal=temporal)
-                wider = widen(current, natural.sql) if natural is not None else None
-                if wider is not None:
-                    widened[c] = current = wider
-            ct = resolve(obs, configured=configured, existing=current, fmt=fmt, infer_temporal=temporal)
-            if ct is None and c in keys:
-                ct = ColumnType("string")
-            if ct is not None:
-                columns[c] = ct
-        return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd, widen=widened)
 
     def _widen(self, plan: ch.TablePlan, existing: StructType | None) -> StructType | None:
         """Widen the table's columns (and a widened key in its tombstones); the new schema."""
@@ -316,24 +210,20 @@ class BatchWriter:
 
     def _process(self, ev: DataFrame, batch_id: int, txn: Txn) -> None:
         phases = _Phases()
-        counts = self._survey(ev)
-        present = sorted({r._target for r in counts if r._kind == "row" and r.ok
-                          and r._target in self.selected})
-        self.stats.events += sum(r.n for r in counts)
-        self.stats.rows += sum(r.n for r in counts if r._kind == "row")
-        self.stats.skipped_lines += sum(r.n for r in counts if r._kind == "skip")
-        self.stats.ignored += sum(r.n for r in counts if r._target == IGNORED and r.ok)
+        seen = survey(ev, self.selected)
+        present = seen.present
+        self.stats.events += seen.events
+        self.stats.rows += seen.row_events
+        self.stats.skipped_lines += seen.skipped
+        self.stats.ignored += seen.ignored
         phases.mark("survey")
         # The survey's counts say which side outputs can have rows: skip the scans that cannot.
-        n_errors = sum(r.n for r in counts if not r.ok)
-        n_unknown = sum(r.n for r in counts if r._kind == "row" and r.ok and r._target == UNKNOWN)
-        n_ddl = sum(r.n for r in counts if r._kind == "ddl" and r.ok)
         rejected_parts: list[DataFrame] = []
-        if n_errors:
+        if seen.errors:
             rejected_parts.append(
                 ev.where(F.col("_error").isNotNull()).select("_file", "_line", F.col("_error").alias("reason"),
                                                              F.col("tbl").alias("source_table")))
-        if n_unknown:
+        if seen.unknown:
             rejected_parts.append(
                 ev.where(F.col("_error").isNull() & (F.col("_kind") == "row") & (F.col("_target") == UNKNOWN))
                   .select("_file", "_line",
@@ -341,28 +231,14 @@ class BatchWriter:
                                    F.lit(f" (not in {self.cfg.file.name}; list it under tables or "
                                          "ignore_tables)")).alias("reason"),
                           F.col("tbl").alias("source_table")))
-        variant_types = {r._target: parse_object_schema(r.vtype) for r in counts
-                         if r._kind == "row" and r.ok and r._target in present}
-        pks = {r._target: list(r.pk or []) for r in counts if r._kind == "row" and r.ok}
-        hints = self._hints(ev, present) if present else {}
         existing = {n: self.engine.schema(str(self.targets.tables[n])) for n in present}
-        observed = {n: {c: ObservedColumn(c, t, hints.get(n, {}).get(c), False, False)
-                        for c, t in variant_types[n].items()} for n in present}
-        if self.cfg.infer_temporal:
-            wanted = {n: [c for c, o in observed[n].items()
-                          if o.variant_type == "STRING" and not o.hint
-                          and c not in self.cfg.tables[n].types
-                          and not (existing[n] and c in existing[n].fieldNames())]
-                      for n in present}
-            flags = self._temporal(ev, {n: cs for n, cs in wanted.items() if cs})
-            for (n, c), (d, ts) in flags.items():
-                observed[n][c] = ObservedColumn(c, "STRING", None, d, ts)
+        observed = observe(ev, seen, self.cfg, existing)
         phases.mark("discover")
         work: list[tuple[ch.TablePlan, DataFrame, StructType | None]] = []
         self._tombs_from_table: set[str] = set()
         for name in present:
             rows = ev.where((F.col("_target") == name) & (F.col("_kind") == "row") & F.col("_error").isNull())
-            plan = self._plan(name, observed[name], pks.get(name, []), existing[name])
+            plan = plan_table(self.cfg, name, observed[name], seen.pks.get(name, []), existing[name])
             if isinstance(plan, str):
                 rejected_parts.append(rows.select("_file", "_line", F.lit(plan).alias("reason"),
                                                   F.col("tbl").alias("source_table")))
@@ -375,12 +251,12 @@ class BatchWriter:
         # Every source of this batch's writes, computed together (delta-rs: one Spark job).
         frames: dict[str, DataFrame] = {}
         if self.targets.write_side_tables:
-            frames.update(self._side_frames(ev, rejected_parts, n_ddl, batch_id, txn))
+            frames.update(self._side_frames(ev, rejected_parts, seen.ddl, batch_id, txn))
         for plan, changes, existing in work:
             for part, df in self._table_frames(plan, changes, txn, existing).items():
                 frames[f"{part}:{plan.name}"] = df
         # (bound: the batch's lines; a table's sources hold at most one row or two per change)
-        sources = self.engine.compute(frames, rows=2 * sum(r.n for r in counts))
+        sources = self.engine.compute(frames, rows=2 * seen.events)
         if self.engine.computes_to_arrow:
             self._finish_scd1(work, sources)
         phases.mark("compute")

@@ -1,0 +1,216 @@
+"""What one micro-batch holds, found before anything is written (the first half of a batch).
+
+:func:`route` names each event's target table; :func:`survey` runs one Spark job over the batch
+(counts per kind and target, each table's merged variant schema, the primary key the format
+carries); :func:`observe` gives each table's observed columns (with the format's type hints and,
+for untyped string columns, one more job checking whether every value looks like a date or a
+timestamp); :func:`plan_table` decides a table's keys and column types, or why its rows must be
+quarantined. The batch writer (:mod:`cdc_lake.cdc.batch_writer`) then builds the writes.
+
+Example::
+
+    ev = batch.withColumn("_target", route(cfg, selected)).persist()
+    seen = survey(ev, selected)
+    existing = {n: engine.schema(str(cfg.tables[n].path)) for n in seen.present}
+    observed = observe(ev, seen, cfg, existing)
+    plan = plan_table(cfg, "orders", observed["orders"], seen.pks.get("orders", []),
+                      existing["orders"])  # a TablePlan, or the quarantine reason (str)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_lake.cdc import changes as ch
+from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
+                                       parse_object_schema, resolve, variant_path)
+from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.cdc.widening import widen
+
+UNKNOWN = "__unknown__"
+IGNORED = "__ignored__"
+UNSELECTED = "__unselected__"
+
+
+@dataclass(frozen=True)
+class Survey:
+    """The survey's rows (``_kind, _target, ok, n, vtype, pk``) and what they add up to."""
+
+    rows: list[Any]
+    selected: frozenset[str]
+
+    def _sum(self, pred: Any) -> int:
+        return sum(r.n for r in self.rows if pred(r))
+
+    @property
+    def events(self) -> int:
+        return self._sum(lambda r: True)
+
+    @property
+    def row_events(self) -> int:
+        return self._sum(lambda r: r._kind == "row")
+
+    @property
+    def skipped(self) -> int:
+        return self._sum(lambda r: r._kind == "skip")
+
+    @property
+    def ignored(self) -> int:
+        return self._sum(lambda r: r._target == IGNORED and r.ok)
+
+    @property
+    def errors(self) -> int:
+        return self._sum(lambda r: not r.ok)
+
+    @property
+    def unknown(self) -> int:
+        return self._sum(lambda r: r._kind == "row" and r.ok and r._target == UNKNOWN)
+
+    @property
+    def ddl(self) -> int:
+        return self._sum(lambda r: r._kind == "ddl" and r.ok)
+
+    @property
+    def present(self) -> list[str]:
+        """Selected tables with usable row events in the batch."""
+        return sorted({r._target for r in self.rows if r._kind == "row" and r.ok
+                       and r._target in self.selected})
+
+    @property
+    def pks(self) -> dict[str, list[str]]:
+        return {r._target: list(r.pk or []) for r in self.rows if r._kind == "row" and r.ok}
+
+    def variant_types(self, name: str) -> dict[str, str]:
+        return next((parse_object_schema(r.vtype) for r in self.rows
+                     if r._kind == "row" and r.ok and r._target == name), {})
+
+
+def route(cfg: PipelineConfig, selected: set[str]) -> Column:
+    """Column naming each event's target table (or UNKNOWN / IGNORED / UNSELECTED)."""
+    expr = None
+    for t in cfg.tables.values():
+        cond = F.col("tbl") == t.source_table
+        if t.database:
+            cond = cond & (F.col("db") == t.database)
+        name = t.name if t.name in selected else UNSELECTED
+        expr = F.when(cond, name) if expr is None else expr.when(cond, name)
+    for ig in cfg.ignore_tables:
+        db, _, tbl = ig.rpartition(".")
+        cond = F.col("tbl") == tbl
+        if db:
+            cond = cond & (F.col("db") == db)
+        expr = expr.when(cond, IGNORED)  # type: ignore[union-attr]
+    return expr.otherwise(UNKNOWN)  # type: ignore[union-attr]
+
+
+def survey(ev: DataFrame, selected: set[str]) -> Survey:
+    """One pass over the batch (one Spark job): counts per kind/target and each table's merged
+    variant schema and primary key."""
+    usable = (F.col("_kind") == "row") & F.col("_error").isNull()
+    rows = (ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok"))
+            .agg(F.count(F.lit(1)).alias("n"),
+                 F.expr("schema_of_variant_agg(CASE WHEN _kind = 'row' AND _error IS NULL "
+                        "THEN row END)").alias("vtype"),
+                 F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"))
+            .collect())
+    return Survey(rows, frozenset(selected))
+
+
+def _hints(ev: DataFrame, fmt: str, targets: list[str]) -> dict[str, dict[str, str]]:
+    """Per-column type metadata the format carries (Canal mysqlType, Debezium schema)."""
+    if fmt == "maxwell":
+        return {}
+    distinct = (ev.where(F.col("_target").isin(targets) & F.col("type_hints").isNotNull())
+                .select("_target", F.array_sort(F.map_entries("type_hints")).alias("h"))
+                .distinct().collect())
+    hints: dict[str, dict[str, str]] = {}
+    for r in distinct:
+        for e in r.h:
+            hints.setdefault(r._target, {}).setdefault(e[0], e[1])
+    return hints
+
+
+def _temporal(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, str], tuple[bool, bool]]:
+    """For string columns with no declared type: do all values look like dates / timestamps?
+
+    One aggregate over the batch for all tables (one Spark job), not one per table.
+    """
+    if not wanted:
+        return {}
+    aggs, names = [], []
+    for target, cols in wanted.items():
+        mine = F.col("_target") == target
+        for c in cols:
+            v = F.try_variant_get("row", variant_path(c), "string")
+            for regex in (DATE_RE, TIMESTAMP_RE):
+                # bool_and skips the nulls of other tables' rows; no row at all -> False
+                aggs.append(F.coalesce(F.bool_and(F.when(mine, v.isNull() | v.rlike(regex))),
+                                       F.lit(False)).alias(f"a{len(aggs)}"))
+            names.append((target, c))
+    row = (ev.where((F.col("_kind") == "row") & F.col("_error").isNull()
+                    & F.col("_target").isin(list(wanted)))
+           .agg(*aggs).first())
+    return {tc: (bool(row[2 * i]), bool(row[2 * i + 1])) for i, tc in enumerate(names)}
+
+
+def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColumn], pk: list[str],
+               existing: StructType | None) -> ch.TablePlan | str:
+    """The table's plan, or the reason its rows must be quarantined."""
+    t = cfg.tables[name]
+    meta = set(ch.META) | set(ch.SCD2_META)
+    existing_types = {f.name: f.dataType.simpleString() for f in (existing.fields if existing else [])
+                      if f.name not in meta}
+    keys = t.keys or tuple(pk)
+    if not keys:
+        return (f"no primary key for table {name}: the events carry none; "
+                f"set tables.{name}.keys in {cfg.file.name}")
+    candidates = list(existing_types) + sorted(c for c in observed if c not in existing_types)
+    for k in keys:
+        if k not in candidates:
+            candidates.append(k)
+    if t.columns is not None:
+        candidates = [c for c in candidates if c in t.columns]
+    candidates = [c for c in candidates if c not in t.exclude_columns and c not in meta]
+    columns: dict[str, ColumnType] = {}
+    widened: dict[str, str] = {}
+    fmt, temporal = cfg.source_format, cfg.infer_temporal
+    for c in candidates:
+        obs = observed.get(c) or ObservedColumn(c, "VOID", None, False, False)
+        configured, current = t.types.get(c), existing_types.get(c)
+        if current is not None and configured is None and c in observed:
+            # the batch alone would pick `natural`: widen the column when that is lossless
+            natural = resolve(obs, configured=None, existing=None, fmt=fmt, infer_temporal=temporal)
+            wider = widen(current, natural.sql) if natural is not None else None
+            if wider is not None:
+                widened[c] = current = wider
+        ct = resolve(obs, configured=configured, existing=current, fmt=fmt, infer_temporal=temporal)
+        if ct is None and c in keys:
+            ct = ColumnType("string")
+        if ct is not None:
+            columns[c] = ct
+    return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd, widen=widened)
+
+
+def observe(ev: DataFrame, seen: Survey, cfg: PipelineConfig,
+            existing: dict[str, StructType | None]) -> dict[str, dict[str, ObservedColumn]]:
+    """Each present table's observed columns: variant type, the format's hint, and (untyped
+    strings, when ``infer_temporal``) whether every value looks like a date / timestamp."""
+    present = seen.present
+    hints = _hints(ev, cfg.source_format, present) if present else {}
+    observed = {n: {c: ObservedColumn(c, t, hints.get(n, {}).get(c), False, False)
+                    for c, t in seen.variant_types(n).items()} for n in present}
+    if cfg.infer_temporal:
+        wanted = {n: [c for c, o in observed[n].items()
+                      if o.variant_type == "STRING" and not o.hint
+                      and c not in cfg.tables[n].types
+                      and not (existing[n] and c in existing[n].fieldNames())]  # type: ignore[union-attr]
+                  for n in present}
+        flags = _temporal(ev, {n: cs for n, cs in wanted.items() if cs})
+        for (n, c), (d, ts) in flags.items():
+            observed[n][c] = ObservedColumn(c, "STRING", None, d, ts)
+    return observed
