@@ -60,7 +60,8 @@ import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
 from cdc_lake.config import LAUNCH_CONF  # noqa: E402
 
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
-# Both sides get the product's driver JVM options (what the operator passes to spark-submit).
+# Both sides get the product's driver JVM options (what the operator passes to spark-submit for
+# a backlog of a few hundred events: C1-only JIT, config.launch_conf).
 COMMON_CONF = ["--master", "local[2]", *(a for k, v in LAUNCH_CONF.items() for a in ("--conf", f"{k}={v}")),
                "--conf", "spark.sql.session.timeZone=UTC",
                "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}"]
@@ -166,6 +167,7 @@ def case_large(work: Path, events: int, files: int, reps: int, name: str = "larg
             "median_scan_s": round(s, 2), "median_ingest_s": round(i, 2), "ratio": round(i / s, 2),
             "events_per_s": round(info["events"] / i),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in ingests),
+            "driver_jit": {"scan": scans[-1].get("driver_jit"), "ingest": ingests[-1].get("driver_jit")},
             "batch_log": ingests[-1].get("job_batch_log", [])}
 
 

@@ -49,11 +49,42 @@ DEFAULT_DELTA_PACKAGES = "io.delta:delta-spark_2.13:4.4.1"
 # JVM options of the driver, read by spark-submit's launcher before the driver JVM starts, so they
 # go on the spark-submit command line (the operator) or into the builder of a bare `python` run.
 # A scheduled run is short: the C2 JIT compiler does not pay back within it and competes with the
-# tasks for the cores (local mode runs the tasks in the driver JVM). Measured on 2 cores
-# (docs/benchmarks.md): small increment 17.1 s -> 12.7 s, 200k-event batch 24.1 s -> 25.6 s.
-# ``defaultJavaOptions`` is prepended to ``extraJavaOptions``; a pipeline that runs big batches
-# sets ``spark.driver.defaultJavaOptions: ""`` in its spark conf.
-LAUNCH_CONF = {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1"}
+# tasks for the cores (local mode runs the tasks in the driver JVM). A big backlog is the
+# opposite: the hot loops run long enough for C2 code to win. Measured on 2 cores, one ingest of
+# N MB into a fresh lake, C1 only vs full JIT (mean of 2 each; docs/benchmarks.md): 0.25 MB (small increment)
+# 12.7 vs 17.1 s; 6 MB 11.8 vs 15.0; 16 MB 14.0 vs 17.5; 32 MB 17.2 vs 18.7; 65 MB 31.4 vs 26.8
+# (27-28 s both a day earlier); 97 MB 52.7 vs 40.7; 130 MB 54.9 vs 47.5; 325 MB 104 vs 66 s.
+# ``defaultJavaOptions`` is prepended to ``extraJavaOptions``; a pipeline that sets it in its
+# spark conf decides itself.
+DRIVER_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+LAUNCH_CONF = {DRIVER_JAVA_OPTIONS: C1_ONLY}
+FULL_JIT_FROM_MB = 48  # CDC default of ``spark.full_jit_from_mb``
+
+
+def launch_conf(backlog_bytes: int | None, full_jit_from_mb: int = FULL_JIT_FROM_MB) -> dict[str, str]:
+    """Driver JVM options for a run that will read ``backlog_bytes`` of input.
+
+    C1-only JIT below ``full_jit_from_mb`` MiB or when the backlog is unknown (``None``: the
+    common scheduled run is small); nothing (the JVM's default tiered C1+C2 JIT) from there on.
+
+    Example::
+
+        launch_conf(2_000_000)      # {'spark.driver.defaultJavaOptions': '-XX:TieredStopAtLevel=1'}
+        launch_conf(400 * 2**20)    # {}
+    """
+    if backlog_bytes is not None and backlog_bytes >= full_jit_from_mb * 2**20:
+        return {}
+    return dict(LAUNCH_CONF)
+
+
+def driver_jit(java_options: str | None) -> str | None:
+    """``"C1"`` when the driver JVM's options stop tiered compilation below C2, else ``"C1+C2"``
+    (``None`` for unknown options)."""
+    if java_options is None:
+        return None
+    m = re.findall(r"-XX:TieredStopAtLevel=(\d)", java_options or "")
+    return "C1" if m and int(m[-1]) < 4 else "C1+C2"
 
 
 class ConfigError(ValueError):
@@ -274,9 +305,10 @@ def read_yaml(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
     return file, expand_env(raw, file, "")
 
 
-def parse_runtime(r: Reader) -> dict[str, Any]:
+def parse_runtime(r: Reader, spark_keys: tuple[str, ...] = ()) -> dict[str, Any]:
     """The sections every pipeline kind shares, as keyword arguments of its config dataclass:
     ``engine:`` (``name``, ``delta_spark``), ``spark:`` (``conf``, ``conn_id``) and ``lock:``.
+    ``spark_keys``: further ``spark:`` keys the kind reads itself.
 
     Example::
 
@@ -287,7 +319,7 @@ def parse_runtime(r: Reader) -> dict[str, Any]:
     ds = eng.section("delta_spark")
     ds.check_known({"packages", "repositories", "jars_dir"})
     spark = r.section("spark")
-    spark.check_known({"conf", "conn_id"})
+    spark.check_known({"conf", "conn_id", *spark_keys})
     spark_conf = spark.raw.get("conf") or {}
     if not isinstance(spark_conf, dict):
         raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")

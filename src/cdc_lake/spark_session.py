@@ -13,12 +13,11 @@ import sys
 from pyspark.sql import SparkSession
 
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import LAUNCH_CONF
+from cdc_lake.config import FULL_JIT_FROM_MB, launch_conf
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 BASE_CONF = {
-    **LAUNCH_CONF,
     "spark.sql.session.timeZone": "UTC",
     # PySpark 4 records the Python call site of every Column/function call (three JVM round
     # trips each: thousands per micro-batch, ~2.5 s of a small run). Error messages still name
@@ -41,22 +40,29 @@ def delta_spark_conf(cfg: PipelineConfig) -> dict[str, str]:
     return conf
 
 
-def session_conf(cfg: PipelineConfig) -> dict[str, str]:
-    conf = dict(BASE_CONF)
+def session_conf(cfg: PipelineConfig, backlog_bytes: int | None = None) -> dict[str, str]:
+    """Confs of a session built here; the driver JVM options follow the run's backlog
+    (:func:`cdc_lake.config.launch_conf`) unless the pipeline's spark conf sets them."""
+    conf = {**launch_conf(backlog_bytes, getattr(cfg, "full_jit_from_mb", FULL_JIT_FROM_MB)),
+            **BASE_CONF}
     if cfg.engine == "delta-spark" or (cfg.delta_spark.jars_dir and cfg.engine == "auto"):
         conf.update(delta_spark_conf(cfg))
     conf.update(cfg.spark_conf)
     return conf
 
 
-def build_session(cfg: PipelineConfig, app_name: str | None = None) -> SparkSession:
+def build_session(cfg: PipelineConfig, app_name: str | None = None, *,
+                  backlog_bytes: int | None = None) -> SparkSession:
+    """The pipeline's session. ``backlog_bytes`` (input the run will read, if known) picks the
+    driver JIT of a bare ``python`` run; under spark-submit the JVM already runs with the
+    launcher's choice (the operator's)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name or f"cdc-{cfg.name}")
     # Under spark-submit the JVM (and its --master/--packages) already exists: the Python driver
     # is handed a gateway port. Only a bare `python ...` run picks local mode itself.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master("local[*]").config("spark.ui.showConsoleProgress", "false")
-    for k, v in session_conf(cfg).items():
+    for k, v in session_conf(cfg, backlog_bytes).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
@@ -67,3 +73,13 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None) -> SparkSess
         spark.conf.set("spark.sql.shuffle.partitions",
                        str(max(4, 2 * spark.sparkContext.defaultParallelism)))
     return spark
+
+
+def driver_java_options(spark: SparkSession) -> str | None:
+    """The options the driver JVM actually runs with (its input arguments), or None when the
+    session has no local JVM (Spark Connect)."""
+    try:
+        bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()  # type: ignore[union-attr]
+        return " ".join(str(a) for a in bean.getInputArguments())
+    except Exception:  # noqa: BLE001 - informational only
+        return None

@@ -49,7 +49,8 @@ from cdc_lake.airflow import REPO_ROOT
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.params import RunParams, validate_run_params
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import LAUNCH_CONF
+from cdc_lake.cdc.backlog import backlog
+from cdc_lake.config import DRIVER_JAVA_OPTIONS, LAUNCH_CONF, launch_conf
 from cdc_lake.runids import run_summary_path
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             raise AirflowFailException(f"Run id {run_id!r} starts with '-'; use a run id that does not")
         self.log.info("Pipeline %s, run %s, params %s", self.pipeline.name, run_id, self._run_params)
         self._ship_package()
+        self._choose_driver_jit()
         try:
             super().execute(context)
         except AirflowException as e:
@@ -126,6 +128,19 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("%s", format_summary(summary))
             self._annotate_asset_events(context, summary)
         return summary
+
+    def _choose_driver_jit(self) -> None:
+        """The driver JVM's JIT for this run's backlog (:func:`cdc_lake.config.launch_conf`):
+        C1 only for a short run, the full JIT from ``spark.full_jit_from_mb`` of landed input
+        the run will read. A pipeline that sets ``spark.driver.defaultJavaOptions`` decides."""
+        if DRIVER_JAVA_OPTIONS in self.pipeline.spark_conf:
+            return
+        pending = backlog(self.pipeline, full_refresh=self._run_params.full_refresh)
+        chosen = launch_conf(pending.bytes if pending else None, self.pipeline.full_jit_from_mb)
+        conf = {k: v for k, v in (self.conf or {}).items() if k != DRIVER_JAVA_OPTIONS}
+        self.conf = {**conf, **chosen}
+        self.log.info("Backlog %s: driver JIT %s", f"{pending.files} files, {pending.bytes / 2**20:.1f} MiB"
+                      if pending else "unknown", "C1 only" if chosen else "C1+C2 (JVM default)")
 
     def _ship_package(self) -> None:
         """``--py-files``: the ``cdc_lake`` package the driver runs, for executor Python workers.

@@ -5,6 +5,8 @@ Read in pipeline order:
 
 * :mod:`cdc_lake.cdc.config` - the ``kind: cdc`` YAML -> ``PipelineConfig`` (tables, keys, SCD).
 * :mod:`cdc_lake.cdc.job` - ``run_pipeline``: lock, readStream(text), foreachBatch, summary.
+* :mod:`cdc_lake.cdc.backlog` - what the next run will read, without Spark: the no-op check and
+  the backlog size the launcher picks the driver JIT from.
 * :mod:`cdc_lake.cdc.formats` - one module per producer format: Spark SQL parse + binlog order.
 * :mod:`cdc_lake.cdc.events` - the normalized change-event contract the formats produce.
 * :mod:`cdc_lake.cdc.discovery` - a micro-batch's survey: target tables, observed columns, plans.

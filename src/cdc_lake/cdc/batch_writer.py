@@ -58,6 +58,7 @@ class RunStats:
     batch_seconds: list[float] = field(default_factory=list)
     startup_s: float = 0.0
     engine_label: str | None = None
+    driver_jit: str | None = None  # what the driver JVM runs ("C1" / "C1+C2"), None: no Spark
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (NAME_RE, TRIGGERS, TYPE_RE, ConfigError, DeltaSparkSettings, Reader,
-                             Schedule, parse_maintenance, parse_runtime, parse_schedule)
+from cdc_lake.config import (FULL_JIT_FROM_MB, NAME_RE, TRIGGERS, TYPE_RE, ConfigError,
+                             DeltaSparkSettings, Reader, Schedule, parse_maintenance, parse_runtime,
+                             parse_schedule)
 from cdc_lake.locks import LockSettings
 from cdc_lake.quarantine_limits import QuarantineLimits, parse_quarantine_limits
 
@@ -99,6 +100,8 @@ class PipelineConfig:
     # ``quarantine:`` per-run threshold (cdc_lake.quarantine_limits); default: none
     quarantine_limits: QuarantineLimits = field(default_factory=QuarantineLimits)
     maintenance: Any = None  # ``maintenance:`` -> cdc_lake.maintenance.MaintenanceSettings, or None
+    # ``spark.full_jit_from_mb``: a run whose backlog reaches it gets the full JIT (config.launch_conf)
+    full_jit_from_mb: int = FULL_JIT_FROM_MB
 
     def table_path(self, table: str) -> Path:
         return self.tables[table].path
@@ -177,7 +180,7 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
     if landing is None or root is None:  # unreachable: required=True raised; narrows the types
         raise r.fail("storage.root", "is required")
 
-    runtime = parse_runtime(r)
+    runtime = parse_runtime(r, spark_keys=("full_jit_from_mb",))
 
     tables_raw = r.raw.get("tables")
     if not isinstance(tables_raw, dict) or not tables_raw:
@@ -229,7 +232,13 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         capture=_parse_capture(r, fmt, source_db, tables),
         quarantine_limits=parse_quarantine_limits(r),
         maintenance=parse_maintenance(r),
+        full_jit_from_mb=_int_or(r.section("spark").int("full_jit_from_mb", default=FULL_JIT_FROM_MB,
+                                                         minimum=0), FULL_JIT_FROM_MB),
     )
+
+
+def _int_or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 _START_RE = re.compile(r"^(earliest|current|[A-Za-z0-9_.-]+:\d+)$")

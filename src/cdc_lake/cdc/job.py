@@ -15,10 +15,7 @@ which changes nothing because every write is ordered by binlog sequence.
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import os
-import re
 import shutil
 import time
 import uuid
@@ -26,7 +23,6 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,16 +30,16 @@ from pyspark.sql import functions as F
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
 from cdc_lake.cdc.state import check_state, record_tables
 from cdc_lake.checkpoint import instance_id
-from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
-                                     read_offsets, read_source_log, source_log_files)
+from cdc_lake.cdc.backlog import backlog, nothing_new
+from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import ConfigError
+from cdc_lake.config import ConfigError, driver_jit
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
 from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
 from cdc_lake.runids import safe_run_id
-from cdc_lake.spark_session import build_session
+from cdc_lake.spark_session import build_session, driver_java_options
 from cdc_lake.summary import SUMMARY_PREFIX, record_summary
 
 __all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
@@ -152,7 +148,10 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
             stats.engine_label = f"{cfg.engine} (not started: nothing new)"
         stats.startup_s = round(time.monotonic() - t0, 3)
         return fast_engine, stats, []
-    spark = spark or build_session(cfg)
+    if spark is None:
+        pending = backlog(cfg, full_refresh=full_refresh)
+        spark = build_session(cfg, backlog_bytes=pending.bytes if pending else None)
+    stats.driver_jit = driver_jit(driver_java_options(spark))
     engine = select_engine(spark, cfg.engine)
     stats.startup_s = round(time.monotonic() - t0, 3)
     if full_refresh:
@@ -175,61 +174,6 @@ def _fast_path_engine(cfg: PipelineConfig, spark: SparkSession | None) -> Engine
     # No session: only table versions are read for the summary, and the Delta log format is the
     # protocol, so delta-rs reads them whichever engine wrote the tables.
     return DeltaRsEngine(spark)  # type: ignore[arg-type]
-
-
-_GLOB_SAFE = re.compile(r"[^{}\\^]*")  # fnmatch agrees with Hadoop's glob on these patterns
-
-
-def nothing_new(cfg: PipelineConfig) -> bool:
-    """True only when the checkpoint provably covers every file Spark's file source would list.
-
-    Conditions: the last offset batch ``offsets/N`` is committed (``commits/N``), and every file in
-    the landing folder (non-recursive; hidden ``.``/``_`` names skipped as Spark does;
-    ``source.glob`` applied) appears in the file source's metadata log at or below the source
-    offset recorded in ``offsets/N``. Local paths only; any doubt (subfolders, unusual glob, an
-    unreadable or unexpected log) answers False, and the run goes through Spark as usual.
-    """
-    try:
-        return _nothing_new(cfg)
-    except Exception:  # noqa: BLE001 - a doubt is a "no"
-        return False
-
-
-def _nothing_new(cfg: PipelineConfig) -> bool:
-    cp, landing, glob = cfg.checkpoint_path, cfg.landing_path, cfg.file_glob
-    if any(ch in str(landing) for ch in "*?[]{}\\") or ":" in str(landing):
-        return False  # Spark would glob-expand / parse a URI: not a plain local folder
-    if glob is not None and not _GLOB_SAFE.fullmatch(glob):
-        return False
-    last = last_offset_batch(cp)
-    if last is None or last_committed_batch(cp) != last:
-        return False  # no batch yet, or the last planned batch is not committed
-    entry = read_offsets(cp, last)
-    if len(entry.sources) != 1 or entry.sources[0] is None:  # one file source
-        return False
-    log_offset = int(entry.sources[0]["logOffset"])
-    seen: set[str] = set()
-    for log_id, path in source_log_files(cp, 0):
-        if log_id > log_offset:
-            continue
-        for file_uri in read_source_log(path):
-            uri = urlsplit(file_uri)
-            if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
-                return False
-            seen.add(os.path.normpath(unquote(uri.path)))
-    base = os.path.abspath(landing)
-    for entry in os.scandir(landing):
-        name = entry.name
-        if name.startswith(".") or (name.startswith("_") and "=" not in name) \
-                or name.endswith("._COPYING_"):
-            continue  # what Spark's file index skips (InMemoryFileIndex.shouldFilterOutPathName)
-        if not entry.is_file():
-            return False  # a folder (Spark lists recursively) or something odd
-        if glob is not None and not fnmatch.fnmatchcase(name, glob):
-            continue
-        if os.path.normpath(os.path.join(base, name)) not in seen:
-            return False
-    return True
 
 
 def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, checkpoint: Path,
@@ -309,6 +253,7 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(duration, 3),
         "spark_startup_s": stats.startup_s,
+        "driver_jit": stats.driver_jit,  # "C1" / "C1+C2" (config.launch_conf); None: Spark not started
         "stream_s": round(duration - stats.startup_s, 3),
         "batches": len(batch_ids), "batch_ids": batch_ids,
         "last_batch_id": batch_ids[-1] if batch_ids else None,

@@ -1,0 +1,124 @@
+"""What the next run's file source will pick up, read without Spark: the no-op check and the
+backlog size.
+
+Spark's file source lists the landing folder and takes every file its metadata log
+(``<checkpoint>/sources/0``) does not hold yet. Both functions here mirror that listing on the
+driver (or the Airflow worker) before any JVM starts:
+
+* :func:`nothing_new` lets a scheduled run with nothing to do skip Spark entirely;
+* :func:`backlog` sizes the work, so the launcher can pick driver JVM options for it
+  (:func:`cdc_lake.config.launch_conf`: C1-only JIT for short runs, the full JIT for big ones).
+
+Both answer conservatively: any doubt (a folder in the landing path, a glob ``fnmatch`` cannot
+mirror, a URI instead of a local path, an unreadable log) is ``False`` / ``None``.
+
+Example::
+
+    cfg = load_pipeline("pipelines/shop_maxwell.yaml")
+    nothing_new(cfg)            # True: the checkpoint covers every landed file
+    backlog(cfg)                # Backlog(files=3, bytes=181432): not yet taken by the stream
+    backlog(cfg, full_refresh=True).bytes   # a full refresh reads the whole landing history
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.checkpoint_log import (last_committed_batch, last_offset_batch, read_offsets,
+                                     read_source_log, source_log_files)
+
+__all__ = ["Backlog", "backlog", "nothing_new"]
+
+_GLOB_SAFE = re.compile(r"[^{}\\^]*")  # fnmatch agrees with Hadoop's glob on these patterns
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Landed files the stream has not taken yet (``files``) and their total size in bytes."""
+
+    files: int
+    bytes: int
+
+
+def nothing_new(cfg: PipelineConfig) -> bool:
+    """True only when the checkpoint provably covers every file Spark's file source would list.
+
+    Conditions: the last offset batch ``offsets/N`` is committed (``commits/N``), and every file in
+    the landing folder (non-recursive; hidden ``.``/``_`` names skipped as Spark does;
+    ``source.glob`` applied) appears in the file source's metadata log at or below the source
+    offset recorded in ``offsets/N``. Local paths only; any doubt (subfolders, unusual glob, an
+    unreadable or unexpected log) answers False, and the run goes through Spark as usual.
+    """
+    try:
+        last = last_offset_batch(cfg.checkpoint_path)
+        if last is None or last_committed_batch(cfg.checkpoint_path) != last:
+            return False  # no batch yet, or the last planned batch is not committed
+        pending = _pending(cfg, full_refresh=False)
+        return pending is not None and pending.files == 0
+    except Exception:  # noqa: BLE001 - a doubt is a "no"
+        return False
+
+
+def backlog(cfg: PipelineConfig, *, full_refresh: bool = False) -> Backlog | None:
+    """Files (and bytes) the next run will read: landed files not in the file source's log at or
+    below the last *committed* batch (a planned, uncommitted batch is read again), or every
+    landed file for a full refresh. ``None`` when it cannot be known for sure (see the module
+    docstring)."""
+    try:
+        return _pending(cfg, full_refresh=full_refresh)
+    except Exception:  # noqa: BLE001 - unknown, not zero
+        return None
+
+
+def _pending(cfg: PipelineConfig, *, full_refresh: bool) -> Backlog | None:
+    landing, glob = cfg.landing_path, cfg.file_glob
+    if any(ch in str(landing) for ch in "*?[]{}\\") or ":" in str(landing):
+        return None  # Spark would glob-expand / parse a URI: not a plain local folder
+    if glob is not None and not _GLOB_SAFE.fullmatch(glob):
+        return None
+    seen = set() if full_refresh else _taken(cfg)
+    if seen is None:
+        return None
+    base = os.path.abspath(landing)
+    files = size = 0
+    for entry in os.scandir(landing):
+        name = entry.name
+        if name.startswith(".") or (name.startswith("_") and "=" not in name) \
+                or name.endswith("._COPYING_"):
+            continue  # what Spark's file index skips (InMemoryFileIndex.shouldFilterOutPathName)
+        if not entry.is_file():
+            return None  # a folder (Spark lists recursively) or something odd
+        if glob is not None and not fnmatch.fnmatchcase(name, glob):
+            continue
+        if os.path.normpath(os.path.join(base, name)) not in seen:
+            files += 1
+            size += entry.stat().st_size
+    return Backlog(files, size)
+
+
+def _taken(cfg: PipelineConfig) -> set[str] | None:
+    """Local paths the file source took in committed batches; None when the log says something
+    this module does not understand (more than one source, a non-local URI)."""
+    cp = cfg.checkpoint_path
+    committed = last_committed_batch(cp)
+    if committed is None:
+        return set()
+    entry = read_offsets(cp, committed)
+    if len(entry.sources) != 1 or entry.sources[0] is None:  # one file source
+        return None
+    log_offset = int(entry.sources[0]["logOffset"])
+    seen: set[str] = set()
+    for log_id, path in source_log_files(cp, 0):
+        if log_id > log_offset:
+            continue
+        for file_uri in read_source_log(path):
+            uri = urlsplit(file_uri)
+            if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
+                return None
+            seen.add(os.path.normpath(unquote(uri.path)))
+    return seen
