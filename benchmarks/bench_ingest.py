@@ -220,11 +220,16 @@ def run_phase(phase: str, cfg_path: Path) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     cfg = load_pipeline(cfg_path)
-    # The product's launch rule (config.launch_conf: C1-only JIT below the backlog threshold, the
-    # full JIT above) sized on the run's input; the scan reads every landed file, as does an
-    # ingest into a fresh lake, so both sides get the same driver JVM options.
-    pending = backlog(cfg, full_refresh=phase == "scan")
-    spark = build_session(cfg, app_name=f"bench-{phase}", backlog_bytes=pending.bytes if pending else None)
+    # Driver JIT: the product's launch rule (config.launch_conf: C1 only below the backlog
+    # threshold, the full JIT above) sized on the run's input (the scan reads every landed
+    # file); "scan@C1" / "scan@full" force one JIT for the reference.
+    phase, _, jit = phase.partition("@")
+    if jit:
+        size: int | None = 0 if jit == "C1" else 2**62
+    else:
+        pending = backlog(cfg, full_refresh=phase == "scan")
+        size = pending.bytes if pending else None
+    spark = build_session(cfg, app_name=f"bench-{phase}", backlog_bytes=size)
     session_s = time.perf_counter() - t0
     out: dict[str, Any] = {"phase": phase, "session_start_s": round(session_s, 3),
                            "driver_jit": driver_jit(driver_java_options(spark))}
