@@ -38,6 +38,8 @@ def _spark_builder():  # type: ignore[no-untyped-def]
     from cdc_lake.config import LAUNCH_CONF  # the product's driver JVM options (C1-only JIT)
     for k, v in LAUNCH_CONF.items():
         b = b.config(k, v)
+    from cdc_lake.spark_session import COMPRESSED_CACHE  # the product's batch caches
+    b = b.config(COMPRESSED_CACHE, "false")
     jars_dir = os.environ.get("CDC_DELTA_JARS_DIR")
     packages = os.environ.get("CDC_DELTA_PACKAGES")
     if jars_dir or packages:

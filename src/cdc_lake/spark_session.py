@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import FULL_JIT_FROM_MB, launch_conf
 
+COMPRESSED_CACHE = "spark.sql.inMemoryColumnarStorage.compressed"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 BASE_CONF = {
@@ -66,12 +67,18 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None, *,
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions") and \
-            "spark.sql.shuffle.partitions" not in cfg.spark_conf:
+    defaults = {
         # AQE is off in streaming, so the default 200 shuffle partitions would mean 200 tiny tasks
         # per window on a small machine; size them to the cores unless someone chose a value.
-        spark.conf.set("spark.sql.shuffle.partitions",
-                       str(max(4, 2 * spark.sparkContext.defaultParallelism)))
+        "spark.sql.shuffle.partitions": str(max(4, 2 * spark.sparkContext.defaultParallelism)),
+        # A micro-batch's caches live for one batch and are scanned several times (the CDC batch:
+        # survey, type checks, one decode per table): uncompressed, every scan skips the decoding.
+        # 2026-11-25, cold ingest into a fresh lake: 200k events 22.4 -> 20.5 s, 1M 64.9 -> 57.2 s.
+        COMPRESSED_CACHE: "false",
+    }
+    for key, value in defaults.items():
+        if not spark.sparkContext.getConf().contains(key) and key not in cfg.spark_conf:
+            spark.conf.set(key, value)  # unless spark-defaults, --conf or the pipeline set it
     return spark
 
 
