@@ -196,6 +196,24 @@ def _bounds(res: dict[str, Any]) -> str:
         "use). Not tried: writing the per-column expressions as SQL text (fewer JVM calls), "
         "since column names come from the data and would have to be quoted into SQL.")
     lines.append(
+        '2026-11-25, large batches (cold ingest of the 200k-event / 1M-event data into a fresh la'
+        'ke, `benchmarks/bench_ingest.py --_phase ingest`, Spark event log + a Java Flight Record'
+        "ing of the driver JVM): the batch's caches are now stored uncompressed (each is scanned "
+        'several times per batch; 200k, 2 pairs: 22.4 -> 20.5 s; 1M, 1 pair: 64.9 -> 57.2 s). Where the 200'
+        "k batch's time goes: the survey job (parse every line, build the cache) 5.3 s, its aggre"
+        'gate over the cache 0.9 s, the type check of untyped strings 1.2 s, the job that decodes'
+        " every table's rows 3.4 s (four scans of the cache, one per table), 0.2-0.4 s per table "
+        'source, and about 1.8 s of driver-side planning before the decode job. In the flight rec'
+        "ording about 30% of the task threads' samples are in Spark's own variant extraction: `tr"
+        'y_variant_get` to any atomic type builds a `Literal` and a `Cast` expression per value ('
+        '`VariantGet.cast` in Spark 4.2), about 19 of them per event here (Maxwell envelope field'
+        "s, each column's decode and exactness check). That is the main bound on the large-batch "
+        'ratio beyond the extra passes; avoiding it means parsing the envelope with `from_json` a'
+        'nd a typed schema, whose casts differ from the variant casts on hostile input (strings i'
+        'n numeric fields, fractions in integer fields) — not done. Measured and not kept: adapti'
+        've execution off for the batch (20.9 vs 20.6 s) and dropping the raw line from the batch'
+        ' cache (about 0.5 s, within the spread).')
+    lines.append(
         "Profile of a warm 800-event run (2026-11-24, one long-lived session, 5th run, cProfile of "
         "the `foreachBatch` thread + Spark's REST API): the batch took 4.4 s: the survey job 0.2 s; "
         "then 1.9 s on the driver building the write plans (4.7k Py4J calls, each a JVM-side "
