@@ -1,9 +1,11 @@
 """The session a job builds (``build_session``): the defaults it adds for micro-batch work, and
-that a pipeline's own ``spark.conf`` (or spark-defaults / ``--conf``) wins over them.
+that a pipeline's own ``spark.conf`` wins over them (a value from spark-defaults or ``--conf``
+wins the same way, by the same check; not exercised here).
 
 Truth: the live session's conf, and the memory a cached relation of 1,000 equal 100-character
-strings really takes (Spark's storage status) (compressed: a dictionary of one value; uncompressed: every copy), read from the
-JVM of a fresh driver process (one per case: a SparkContext's confs are fixed at its start).
+strings really takes in Spark's storage status (compressed: a dictionary of one value;
+uncompressed: every copy), read from a fresh driver process per case (a SparkContext's confs are
+fixed at its start).
 """
 
 from __future__ import annotations
