@@ -25,7 +25,8 @@ from pyspark.sql.types import StructType
 
 from cdc_lake.cdc import changes as ch
 from cdc_lake.cdc import side_tables as side
-from cdc_lake.cdc.discovery import UNKNOWN, observe, plan_table, route, survey
+from cdc_lake.cdc.discovery import (UNKNOWN, observe, plan_table, refuse_non_objects, route,
+                                   survey)
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.engines import Computed, Engine, Source, Txn, WriteResult
 
@@ -212,6 +213,10 @@ class BatchWriter:
     def _process(self, ev: DataFrame, batch_id: int, txn: Txn) -> None:
         phases = _Phases()
         seen = survey(ev, self.selected)
+        if seen.non_object_tables:  # rare (hostile input): flag those rows, survey again
+            ev = refuse_non_objects(ev, seen.non_object_tables).persist()
+            self._cached.append(ev)
+            seen = survey(ev, self.selected)
         present = seen.present
         self.stats.events += seen.events
         self.stats.rows += seen.row_events

@@ -42,6 +42,9 @@ class TablePlan:
     columns: dict[str, ColumnType]
     scd: int
     widen: dict[str, str] = field(default_factory=dict)  # existing columns to widen first
+    # columns whose values in this batch fit their type by kind (widening.proven_exact): no
+    # per-value exactness check
+    proven_exact: frozenset[str] = frozenset()
 
 
 def _a(c: str) -> str:
@@ -80,18 +83,22 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
     # A delete needs only the key: a bad non-key value in its row image does not stop it (the
     # value is not stored; an SCD2 delete version keeps null there).
     needed = F.col("op") != "delete"
+
+    def check_exact(c: str, ct: ColumnType) -> bool:  # never store a truncated/rounded value
+        return ct.decoder == "plain" and checked(ct.sql) and c not in plan.proven_exact
+
     for c, ct in plan.columns.items():
         raw = F.try_variant_get(row, variant_path(c), "variant")
         matters = F.lit(True) if c in plan.keys else needed
         problems.append(F.when(matters & raw_present(row, c) & a[c].isNull(),
                                F.concat(F.lit(f"column {c}: value "), F.to_json(raw),
                                         F.lit(f" is not a valid {ct.sql}"))))
-        if ct.decoder == "plain" and checked(ct.sql):  # never store a truncated/rounded value
+        if check_exact(c, ct):
             problems.append(F.when(matters & ~exact(raw, a[c]), F.concat(
                 F.lit(f"table {plan.name} column {c}: value "), F.to_json(raw),
                 F.lit(f" does not fit column type {ct.sql} exactly (would be stored as "),
                 a[c].cast("string"), F.lit("); not stored changed"))))
-    stored = {c: a[c] if c in plan.keys or not (ct.decoder == "plain" and checked(ct.sql))
+    stored = {c: a[c] if c in plan.keys or not check_exact(c, ct)
               else F.when(needed | exact(F.try_variant_get(row, variant_path(c), "variant"), a[c]),
                           a[c]).alias(_a(c))
               for c, ct in plan.columns.items()}  # a delete's inexact non-key value: null

@@ -30,7 +30,7 @@ from cdc_lake.cdc import changes as ch
 from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
                                        parse_object_schema, resolve, variant_path)
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.cdc.widening import widen
+from cdc_lake.cdc.widening import proven_exact, widen
 
 UNKNOWN = "__unknown__"
 IGNORED = "__ignored__"
@@ -85,6 +85,13 @@ class Survey:
     def pks(self) -> dict[str, list[str]]:
         return {r._target: list(r.pk or []) for r in self.rows if r._kind == "row" and r.ok}
 
+    @property
+    def non_object_tables(self) -> list[str]:
+        """Tables whose usable row images are not all JSON objects (their merged type is not
+        ``OBJECT<...>``): :func:`refuse_non_objects` must flag those rows first."""
+        return sorted({r._target for r in self.rows if r._kind == "row" and r.ok
+                       and r.vtype is not None and not r.vtype.startswith("OBJECT<")})
+
     def variant_types(self, name: str) -> dict[str, str]:
         return next((parse_object_schema(r.vtype) for r in self.rows
                      if r._kind == "row" and r.ok and r._target == name), {})
@@ -119,6 +126,28 @@ def survey(ev: DataFrame, selected: set[str]) -> Survey:
                  F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"))
             .collect())
     return Survey(rows, frozenset(selected))
+
+
+def refuse_non_objects(ev: DataFrame, tables: list[str]) -> DataFrame:
+    """``ev`` with an ``_error`` on each usable row event of ``tables`` whose row image is not a
+    JSON object (an array, a number...): it has no columns to store, and left in, it would make
+    the table's merged row type ``VARIANT``, so that no column of the batch's other rows is
+    typed. Run only for the tables :attr:`Survey.non_object_tables` names (a per-row schema is
+    costly), then survey again.
+
+    Example::
+
+        if seen.non_object_tables:
+            ev = refuse_non_objects(ev, seen.non_object_tables)
+            seen = survey(ev, selected)
+    """
+    kind = F.schema_of_variant("row")
+    bad = ((F.col("_kind") == "row") & F.col("_error").isNull() & F.col("_target").isin(tables)
+           & ~kind.startswith("OBJECT<"))
+    reason = F.concat(F.lit("row image is not a JSON object (it is "),
+                      F.when(F.length(kind) > 80, F.concat(F.substring(kind, 1, 80), F.lit("...")))
+                      .otherwise(kind), F.lit("): no columns to store"))
+    return ev.withColumn("_error", F.when(bad, reason).otherwise(F.col("_error")))
 
 
 def _hints(ev: DataFrame, fmt: str, targets: list[str]) -> dict[str, dict[str, str]]:
@@ -193,7 +222,12 @@ def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColum
             ct = ColumnType("string")
         if ct is not None:
             columns[c] = ct
-    return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd, widen=widened)
+    # (only columns the survey typed: with a row image that is not an object in the batch the
+    # merged schema is VARIANT and no column is typed)
+    proven = frozenset(c for c, ct in columns.items() if ct.decoder == "plain" and c in observed
+                       and proven_exact(observed[c].variant_type, ct.sql))
+    return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd, widen=widened,
+                        proven_exact=proven)
 
 
 def observe(ev: DataFrame, seen: Survey, cfg: PipelineConfig,

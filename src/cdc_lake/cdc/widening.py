@@ -95,6 +95,41 @@ def checked(sql: str) -> bool:
     return t in _INT_DIGITS or _decimal(t) is not None
 
 
+_VARIANT_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
+
+
+def proven_exact(variant_type: str, sql: str) -> bool:
+    """Whether a batch's values of a column decode into ``sql`` exactly or not at all, judged
+    from their merged variant type alone (what the survey's ``schema_of_variant_agg`` reports),
+    so that :func:`exact` need not run on each value.
+
+    True for: a column with only nulls (``VOID``); integer targets when every value is a JSON
+    integer (``BIGINT``, or ``DECIMAL(p,0)`` beyond 64 bits); decimal targets when every value
+    is an integer or a decimal with at most the target's scale. A value out of the target's
+    range then decodes to null and is quarantined as not valid, as with the check. Anything
+    else (doubles, strings, mixed kinds: ``DOUBLE``, ``STRING``, ``VARIANT``; a decimal with
+    more fractional digits) keeps the per-value check. Merged decimals too wide for 38 digits
+    come out as ``DOUBLE`` (Spark's JSON type merge), so they are never taken as proven.
+
+    Example::
+
+        proven_exact("DECIMAL(8,2)", "decimal(12,2)")   # True
+        proven_exact("DECIMAL(8,3)", "decimal(12,2)")   # False: 1.234 would be rounded
+        proven_exact("BIGINT", "int")                   # True: too big -> null -> quarantined
+    """
+    v, t = variant_type.strip().upper(), _norm(sql)
+    if v == "VOID":
+        return True
+    dv = _VARIANT_DECIMAL.match(v)
+    scale = 0 if v == "BIGINT" else int(dv.group(2)) if dv else None
+    if scale is None:
+        return False
+    if t in _INT_DIGITS:
+        return scale == 0
+    dt = _decimal(t)
+    return dt is not None and scale <= dt[1]
+
+
 def exact(raw: Column, decoded: Column) -> Column:
     """True unless ``decoded`` (the stored value) differs from the source value ``raw`` (variant).
 
