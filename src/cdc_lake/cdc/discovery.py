@@ -171,19 +171,22 @@ def _temporal(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, st
     """
     if not wanted:
         return {}
-    aggs, names = [], []
+    # Each value is read once (a projection: 1 = date, 2 = timestamp, 0 = neither, null for
+    # null values and other tables' rows), then two flags per column are aggregated from it.
+    looks, names = [], []
     for target, cols in wanted.items():
         mine = F.col("_target") == target
         for c in cols:
             v = F.try_variant_get("row", variant_path(c), "string")
-            for regex in (DATE_RE, TIMESTAMP_RE):
-                # bool_and skips the nulls of other tables' rows; no row at all -> False
-                aggs.append(F.coalesce(F.bool_and(F.when(mine, v.isNull() | v.rlike(regex))),
-                                       F.lit(False)).alias(f"a{len(aggs)}"))
+            looks.append(F.when(mine & v.isNotNull(), F.when(v.rlike(DATE_RE), 1)
+                                .when(v.rlike(TIMESTAMP_RE), 2).otherwise(0)).alias(f"k{len(looks)}"))
             names.append((target, c))
+    # bool_and skips the nulls; no value at all -> False
+    aggs = [F.coalesce(F.bool_and(F.col(f"k{i}") == kind), F.lit(False))
+            for i in range(len(looks)) for kind in (1, 2)]
     row = (ev.where((F.col("_kind") == "row") & F.col("_error").isNull()
                     & F.col("_target").isin(list(wanted)))
-           .agg(*aggs).first())
+           .select(*looks).agg(*aggs).first())
     return {tc: (bool(row[2 * i]), bool(row[2 * i + 1])) for i, tc in enumerate(names)}
 
 
