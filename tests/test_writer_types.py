@@ -31,6 +31,7 @@ tables:
   orders: {{keys: [id]}}
   history: {{keys: [id], scd: 2, source_table: orders_h}}
   priced: {{keys: [id], types: {{price: "decimal(10,2)"}}}}
+ignore_tables: [shop.audit]
 """
 
 
@@ -261,15 +262,18 @@ def test_proven_exact_rule(variant_type, target, expected):
 
 def test_a_row_image_that_is_not_an_object_is_quarantined_alone(spark, tmp_path):
     """A row image that is not a JSON object (here an array) is quarantined with a reason, and
-    the batch's other rows of the table keep their columns and checks. (Left in, it made the
+    the batch's other rows of the table keep their columns and checks (an ignored table's rows
+    stay ignored). (Left in, it made the
     table's merged row type ``VARIANT``: the other rows lost every non-key column, the key was
     typed string, and no column had the survey's type to prove exactness by.)"""
     cfg = _pipeline(tmp_path, "mixed")
     odd = _ev(2, "insert", table="priced", id=2).replace('"data": {"id": 2}', '"data": [2]')
+    ignored = _ev(4, "insert", table="audit", id=4).replace('"data": {"id": 4}', '"data": [4]')
     _land(cfg, "a.json", [_ev(1, "insert", table="priced", id=1, price="1.234"), odd,
-                          _ev(3, "insert", table="priced", id=3, price="2.5")])
+                          _ev(3, "insert", table="priced", id=3, price="2.5"), ignored])
     s = run_pipeline(cfg, spark=spark, run_id="m1")
     assert s["status"] == "succeeded"
+    assert s["ignored"] == 1  # an ignored table's rows stay ignored, whatever their shape
     types, rows = _table(cfg.tables["priced"].path)
     assert [(r["id"], r["price"]) for r in rows] == [(3, Decimal("2.50"))]
     assert types["id"] == "long"

@@ -87,9 +87,11 @@ class Survey:
 
     @property
     def non_object_tables(self) -> list[str]:
-        """Tables whose usable row images are not all JSON objects (their merged type is not
-        ``OBJECT<...>``): :func:`refuse_non_objects` must flag those rows first."""
+        """Selected tables whose usable row images are not all JSON objects (their merged type
+        is not ``OBJECT<...>``): :func:`refuse_non_objects` must flag those rows first. (Rows of
+        ignored and unknown tables are not typed: left alone.)"""
         return sorted({r._target for r in self.rows if r._kind == "row" and r.ok
+                       and r._target in self.selected
                        and r.vtype is not None and not r.vtype.startswith("OBJECT<")})
 
     def variant_types(self, name: str) -> dict[str, str]:
