@@ -282,3 +282,40 @@ def test_a_row_image_that_is_not_an_object_is_quarantined_alone(spark, tmp_path)
         "row image is not a JSON object (it is ARRAY<BIGINT>): no columns to store",
         "table priced column price: value 1.234 does not fit column type decimal(10,2) exactly "
         "(would be stored as 1.23); not stored changed"], reasons
+
+
+@pytest.mark.parametrize("fmt, fixture, keys", [("canal", "canal_products.json", ""),
+                                                ("debezium", "debezium_pg_a_later.json", "keys: [id]")])
+def test_non_object_row_images_in_other_formats(spark, tmp_path, fmt, fixture, keys):
+    """The same rule for Canal (a ``data`` element that is not an object) and Debezium (an
+    ``after`` that is not an object): that row is quarantined with the reason, the file's
+    other rows are written with all their columns."""
+    lines = (Path(__file__).parent / "fixtures" / "formats" / fixture).read_text().splitlines()
+    changed = False
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if changed or not isinstance(rec, dict):
+            continue
+        if fmt == "canal" and rec.get("data"):
+            rec["data"].append([7])  # one more row image in a multi-row message
+        elif fmt == "debezium" and rec.get("after"):
+            rec["after"] = [1]
+        else:
+            continue
+        lines[i], changed = json.dumps(rec), True
+    assert changed
+    d = tmp_path / fmt
+    (d / "landing").mkdir(parents=True)
+    (d / "landing" / "a.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (d / "p.yaml").write_text(f"pipeline: odd_{fmt}\nsource: {{format: {fmt}, path: landing}}\n"
+                              f"storage: {{root: lake}}\nengine: {{name: deltalake}}\n"
+                              f"tables:\n  products: {{{keys}}}\n", encoding="utf-8")
+    cfg = load_pipeline(d / "p.yaml")
+    s = run_pipeline(cfg, spark=spark, run_id="o1")
+    assert s["status"] == "succeeded" and s["quarantined"] == 1
+    [q] = DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().to_pylist()
+    assert q["reason"] == "row image is not a JSON object (it is ARRAY<BIGINT>): no columns to store"
+    types, _ = _table(cfg.tables["products"].path)
+    assert types["id"] == "long"  # not typed string by the odd row
+    if fmt == "canal":
+        assert {"name", "weight", "description"} <= set(types), types
