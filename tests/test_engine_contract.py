@@ -196,3 +196,53 @@ def test_auto_prefers_delta_spark_only_when_classes_load(spark):
     if not ok:
         with pytest.raises(RuntimeError, match="delta-spark"):
             select_engine(spark, "delta-spark")
+
+
+def test_read_of_a_table_without_rows_keeps_its_schema(spark, engine, tmp_path):
+    from pyspark.sql.types import (ArrayType, DecimalType, LongType, MapType, StringType,
+                                   StructField, StructType, TimestampType)
+
+    schema = StructType([StructField("id", LongType()), StructField("at", TimestampType()),
+                         StructField("amount", DecimalType(20, 3)),
+                         StructField("tags", MapType(StringType(), LongType())),
+                         StructField("path", ArrayType(StringType()))])
+    path = str(tmp_path / "empty")
+    engine.create(path, schema)
+    df = engine.read(path)
+    assert df is not None and df.count() == 0
+    assert [(f.name, f.dataType) for f in df.schema.fields] == \
+        [(f.name, f.dataType) for f in schema.fields]
+
+
+def test_driver_side_frames_keep_the_exact_schema(spark):
+    """``arrow_frame``/``empty_frame`` (JVM-built, no Python worker) keep types, nesting and
+    nullability exactly as asked, rows included."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (ArrayType, BinaryType, DateType, DecimalType, LongType,
+                                   MapType, StringType, StructField, StructType, TimestampNTZType,
+                                   TimestampType)
+
+    from cdc_lake.engines.base import arrow_frame, empty_frame
+
+    schema = StructType([
+        StructField("id", LongType(), False), StructField("at", TimestampType()),
+        StructField("local", TimestampNTZType()), StructField("amount", DecimalType(20, 3)),
+        StructField("versions", MapType(StringType(), LongType())),
+        StructField("tags", ArrayType(StringType())),
+        StructField("inner", StructType([StructField("d", DateType()), StructField("b", BinaryType())]))])
+    empty = empty_frame(spark, schema)
+    assert empty.schema == schema and empty.count() == 0
+    at = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=timezone.utc)
+    row = {"id": 7, "at": at, "local": datetime(2026, 1, 2, 3, 4, 5), "amount": Decimal("-1.250"),
+           "versions": [("orders", 3), ("gone", None)], "tags": ["a", None],
+           "inner": {"d": date(2026, 1, 2), "b": b"\x00\xff"}}
+    df = arrow_frame(spark, pa.Table.from_pylist([row], schema=to_arrow_schema(schema, timezone="UTC")),
+                     schema)
+    assert df.schema == schema
+    got = df.collect()[0].asDict(recursive=True)
+    assert got["id"] == 7 and got["amount"] == Decimal("-1.250") and got["tags"] == ["a", None]
+    assert got["at"].replace(tzinfo=timezone.utc) == at  # session time zone is UTC in tests
+    assert got["local"] == datetime(2026, 1, 2, 3, 4, 5)
+    assert got["versions"] == {"orders": 3, "gone": None}
+    assert got["inner"] == {"d": date(2026, 1, 2), "b": bytearray(b"\x00\xff")}

@@ -186,7 +186,7 @@ class Engine(ABC):
     def frame(self, source: Source) -> DataFrame:
         """A source as a Spark DataFrame (for further Spark work on a computed one)."""
         if isinstance(source, Computed):
-            return self.spark.createDataFrame(source.data, source.schema)
+            return arrow_frame(self.spark, source.data, source.schema)
         return source
 
     @staticmethod
@@ -225,3 +225,25 @@ class Engine(ABC):
         if self.already_committed(path, txn):
             return WriteResult(True, self.version(path))
         return self._append(path, df, txn)
+
+
+def arrow_frame(spark: SparkSession, data: pa.Table, schema: StructType) -> DataFrame:
+    """``data`` as a DataFrame of exactly ``schema``, built in the JVM from Arrow.
+
+    Use this (or :func:`empty_frame`) for driver-side rows, never ``createDataFrame(list)``:
+    PySpark turns a Python list into an RDD of pickled rows that Python worker processes
+    unpickle — on a fresh JVM that starts a worker daemon and costs about a second per run.
+
+    Example::
+
+        rows = pa.Table.from_pylist([{"id": 1}], schema=pa.schema([("id", pa.int64())]))
+        arrow_frame(spark, rows, StructType([StructField("id", LongType())])).count()
+    """
+    return spark.createDataFrame(data, schema)
+
+
+def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    """An empty DataFrame of exactly ``schema`` with no Python worker (see :func:`arrow_frame`)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return arrow_frame(spark, to_arrow_schema(schema, timezone="UTC").empty_table(), schema)

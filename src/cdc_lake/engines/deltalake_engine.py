@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from cdc_lake.engines.base import Computed, Engine, MergeSpec, Source, Txn, WriteResult
+from cdc_lake.engines.base import Computed, Engine, MergeSpec, Source, Txn, WriteResult, empty_frame
 
 _UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
 # Every table this engine creates records a change feed (read by cdc_lake.sources.change_feed).
@@ -73,7 +73,7 @@ class DeltaRsEngine(Engine):
             return self.spark.createDataFrame(dt.to_pyarrow_table())
         files = dt.file_uris()
         if not files:
-            return self.spark.createDataFrame([], schema)
+            return empty_frame(self.spark, schema)
         return self.spark.read.schema(schema).parquet(*files)
 
     def read_arrow(self, path: str, columns: list[str], *, where_in: tuple[str, list[Any]]) -> pa.Table | None:

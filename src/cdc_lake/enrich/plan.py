@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdc_lake.engines import Engine
+from cdc_lake.engines.base import empty_frame
 
 PLANS_DIR = "enrich_batches"
 KEEP_PLANS = 50
@@ -92,7 +93,7 @@ def read_at(engine: Engine, path: str, version: int | None) -> DataFrame | None:
         return engine.spark.createDataFrame(dt.to_pyarrow_table())
     files = dt.file_uris()
     if not files:
-        return engine.spark.createDataFrame([], schema)
+        return empty_frame(engine.spark, schema)
     return engine.spark.read.schema(schema).parquet(*files)
 
 

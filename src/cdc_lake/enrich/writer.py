@@ -25,15 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ArrayType, DataType, MapType, NullType, StructField,
-                               StructType)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (ArrayType, DataType, LongType, MapType, NullType, StringType,
+                               StructField, StructType, TimestampType)
 from pyspark.sql.window import Window
 
 from cdc_lake.cdc.batch_writer import CRASH_ENV, align
 from cdc_lake.checkpoint_log import batch_watermark_ms
 from cdc_lake.engines import Engine, MergeSpec, Txn, WriteResult
+from cdc_lake.engines.base import arrow_frame
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import pending as pd
 from cdc_lake.enrich.config import EnrichConfig
@@ -41,6 +44,12 @@ from cdc_lake.enrich.joins import SCD2_COLUMNS, DimensionFrame, check_dimension,
 from cdc_lake.enrich.plan import BatchPlan, load_or_create_plan, now_utc, read_at
 
 CF_META = ("_change_type", "_commit_version", "_commit_timestamp")
+MANIFEST_SCHEMA = StructType([
+    StructField("pipeline", StringType()), StructField("batch_id", LongType()),
+    StructField("run_id", StringType()), StructField("batch_started_at", TimestampType()),
+    StructField("dimension_versions", MapType(StringType(), LongType())),
+    StructField("enriched_version_before", LongType()),
+    StructField("pending_version_before", LongType())])
 
 
 @dataclass
@@ -259,12 +268,12 @@ class EnrichBatch:
                 F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
                 F.current_timestamp().alias("quarantined_at")), None))
-        manifest = self.engine.spark.createDataFrame(
-            [(cfg.name, batch_id, self.run_id, plan.started_at, dim_versions,
-              plan.versions.get("enriched"), plan.versions.get("pending"))],
-            "pipeline string, batch_id bigint, run_id string, batch_started_at timestamp, "
-            "dimension_versions map<string,bigint>, enriched_version_before bigint, "
-            "pending_version_before bigint")
+        manifest = arrow_frame(self.engine.spark, pa.Table.from_pylist([{
+            "pipeline": cfg.name, "batch_id": batch_id, "run_id": self.run_id,
+            "batch_started_at": plan.started_at, "dimension_versions": list(dim_versions.items()),
+            "enriched_version_before": plan.versions.get("enriched"),
+            "pending_version_before": plan.versions.get("pending")}],
+            schema=to_arrow_schema(MANIFEST_SCHEMA, timezone="UTC")), MANIFEST_SCHEMA)
         writes.append(("manifest", cfg.outputs.manifest, manifest, None))
         frames = {table: self._prepare(table, path, df, spec, batch_id)
                   for table, path, df, spec in writes}
