@@ -64,7 +64,7 @@ def _flags(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "_unknown_members": row.get("_unknown_members") or []}
 
 
-def check_history(spark, tmp_path: Path, hist: History, cfg: ModelConfig) -> None:  # type: ignore[no-untyped-def]
+def check_history(spark, tmp_path: Path, hist: History, cfg: ModelConfig) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     run_enrich = run_enrich_or_skip()
     from cdc_lake.config import load_pipeline
 
@@ -73,6 +73,7 @@ def check_history(spark, tmp_path: Path, hist: History, cfg: ModelConfig) -> Non
     model = EnrichModel(cfg)
     context = (f"CDC_SEED={hist.seed} wait={'0s' if cfg.wait_zero else '1000h'} "
                f"max_versions_per_trigger={cfg.max_versions_per_trigger}\n{hist.describe()}")
+    summaries = []
     for i, commit in enumerate(hist.commits):
         write_commit(lake, commit)
         model.apply(commit)
@@ -80,6 +81,7 @@ def check_history(spark, tmp_path: Path, hist: History, cfg: ModelConfig) -> Non
             continue
         before = len(model.batches)
         summary = run_enrich(pipeline, spark=spark, run_id=f"run{i}")
+        summaries.append(summary)
         model.run()
         problems = expected_vs_actual(out, model, cfg)
         batches = model.batches[before:]
@@ -90,13 +92,24 @@ def check_history(spark, tmp_path: Path, hist: History, cfg: ModelConfig) -> Non
                             f"model {batches[-1].dimension_versions}")
         assert not problems, (f"after the run following commit #{i}:\n  " + "\n  ".join(problems[:25])
                               + f"\n{context}")
+    return summaries
 
 
-@pytest.mark.parametrize("wait_zero", [True, False], ids=["wait0s", "wait_long"])
-def test_random_history_matches_reference(spark, tmp_path, wait_zero):
+@pytest.mark.parametrize("wait_zero,read", [(True, "driver"), (False, "stream")],
+                         ids=["wait0s-driver_read", "wait_long-stream_read"])
+def test_random_history_matches_reference(spark, tmp_path, monkeypatch, wait_zero, read):
+    """Small micro-batches are read in the driver (``read_batch_on_driver``); with its limit
+    at -1 every batch takes the stream's own read, so both paths meet the model."""
+    from cdc_lake.sources import change_feed
+
+    if read == "stream":
+        monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", -1)
     seed = new_seed()
     hist = random_history(random.Random(seed), steps=6, run_prob=0.3, seed=seed)  # slow: 15-40
-    check_history(spark, tmp_path, hist, model_config(wait_zero=wait_zero))
+    summaries = check_history(spark, tmp_path, hist, model_config(wait_zero=wait_zero))
+    driver_reads = sum(s.get("driver_read_batches", 0) for s in summaries)
+    batches = sum(s.get("batches", 0) for s in summaries)
+    assert driver_reads == (batches if read == "driver" else 0), (read, summaries)
 
 
 @pytest.mark.slow

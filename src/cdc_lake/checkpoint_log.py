@@ -112,6 +112,23 @@ def read_offsets(checkpoint: Path, batch_id: int) -> OffsetEntry:
     return OffsetEntry(batch_id, meta, sources)
 
 
+def batch_source_offsets(checkpoint: Path, batch_id: int,
+                         source: int = 0) -> tuple[dict[str, Any] | None, dict[str, Any]] | None:
+    """``(start, end)`` offsets of ``source`` for micro-batch ``batch_id``: the batch reads what
+    lies after ``start`` up to ``end``. ``end`` is in ``offsets/<batch_id>`` (written before the
+    batch runs), ``start`` in ``offsets/<batch_id - 1>`` (Spark starts batch N where batch N-1
+    ended; None for batch 0: the source's initial offset). None when either file is missing or
+    not readable, so the caller can leave the reading to Spark."""
+    try:
+        end = read_offsets(checkpoint, batch_id).sources[source]
+        start = read_offsets(checkpoint, batch_id - 1).sources[source] if batch_id > 0 else None
+    except (OSError, ValueError, IndexError):
+        return None
+    if end is None or (batch_id > 0 and start is None):
+        return None
+    return start, end
+
+
 def batch_watermark_ms(checkpoint: Path, batch_id: int) -> int:
     """The event-time watermark Spark used for ``batch_id`` (``batchWatermarkMs`` of
     ``offsets/<batch_id>``, written before the batch runs); 0 when there is none yet."""

@@ -71,7 +71,7 @@ class Targets:
     write_side_tables: bool  # quarantine + DDL log (not during a full refresh: already recorded)
 
 
-class _Phases:
+class Phases:
     """Wall time per phase of one micro-batch, printed as a progress line."""
 
     def __init__(self) -> None:
@@ -211,7 +211,7 @@ class BatchWriter:
         _crash_point("before_commit")
 
     def _process(self, ev: DataFrame, batch_id: int, txn: Txn) -> None:
-        phases = _Phases()
+        phases = Phases()
         seen = survey(ev, self.selected)
         if seen.non_object_tables:  # rare (hostile input): flag those rows, survey again
             ev = refuse_non_objects(ev, seen.non_object_tables).persist()

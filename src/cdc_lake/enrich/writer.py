@@ -33,7 +33,7 @@ from pyspark.sql.types import (ArrayType, DataType, LongType, MapType, NullType,
                                StructField, StructType, TimestampType)
 from pyspark.sql.window import Window
 
-from cdc_lake.cdc.batch_writer import CRASH_ENV, align
+from cdc_lake.cdc.batch_writer import CRASH_ENV, Phases, align
 from cdc_lake.checkpoint_log import batch_watermark_ms
 from cdc_lake.engines import Engine, MergeSpec, Txn, WriteResult
 from cdc_lake.engines.base import arrow_frame
@@ -67,6 +67,7 @@ class EnrichStats:
     dropped_late: int = 0  # events older than the batch's watermark (kept in quarantine)
     skipped_writes: int = 0
     replayed_batches: int = 0
+    driver_read_batches: int = 0  # micro-batches read by delta-rs in the driver
     dimension_versions: dict[str, int | None] = field(default_factory=dict)
     tables: dict[str, int | None] = field(default_factory=dict)
     batch_seconds: list[float] = field(default_factory=list)
@@ -191,6 +192,7 @@ class EnrichBatch:
     def _process(self, batch: DataFrame, batch_id: int, plan: BatchPlan,
                  cached: list[DataFrame]) -> None:
         cfg, k = self.cfg, list(self.keys)
+        phases = Phases()
         frames = self._dims(plan)
         dim_versions = {n: f.version for n, f in frames.items()}
         self.stats.dimension_versions = dict(dim_versions)
@@ -204,6 +206,7 @@ class EnrichBatch:
         n_bad = sum(n for (b, _), n in counts.items() if b)
         self.stats.dropped_late += counts.get((True, True), 0)
         self.stats.facts_read += sum(counts.values())
+        phases.mark("read")
         changes = norm.where(~F.col("_bad")).drop("_bad", "_reason")
         # Guard: a change not newer than the stored version of its fact changes nothing.
         stored = [df.select(*k, "_fact_version") for df in (enriched0, pending0) if df is not None]
@@ -225,6 +228,7 @@ class EnrichBatch:
         cached.append(fated)
         fates = {r["_fate"]: r["n"] for r in fated.groupBy("_fate").agg(F.count("*").alias("n")).collect()}
         self._count_fates(fates)
+        phases.mark("join+fate")
 
         upserts = _no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, batch_id,
                                                dim_versions))
@@ -275,10 +279,13 @@ class EnrichBatch:
             "pending_version_before": plan.versions.get("pending")}],
             schema=to_arrow_schema(MANIFEST_SCHEMA, timezone="UTC")), MANIFEST_SCHEMA)
         writes.append(("manifest", cfg.outputs.manifest, manifest, None))
+        if dels is not None:
+            phases.mark("deletes")
         frames = {table: self._prepare(table, path, df, spec, batch_id)
                   for table, path, df, spec in writes}
         sources = self.engine.compute({t: f for t, f in frames.items() if f is not None},
                                       rows=2 * (sum(counts.values()) + sum(fates.values())))
+        phases.mark("compute")
         for table, path, _, spec in writes:
             if table == "manifest" and not n_bad:
                 crash_point("enrich:after:quarantine")  # (the kill point exists in every batch)
@@ -292,7 +299,9 @@ class EnrichBatch:
             if table.startswith("aggregate:"):
                 self.stats.aggregate_rows_touched += result.inserted + result.updated + result.deleted
             self._done(table, result)
-        print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}", flush=True)
+            phases.mark(table)
+        print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}; "
+              + ", ".join(phases.parts), flush=True)
 
     def _count_fates(self, fates: dict[str, int]) -> None:
         s = self.stats

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from cdc_lake.sources.delta_log import Commit, DeltaLog
@@ -217,6 +218,22 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         for v in [v for v in self._checked if v <= done]:
             del self._checked[v]
 
+    def read_on_driver(self, start: dict, end: dict, *, max_rows: int,
+                       max_bytes: int) -> pa.Table | None:
+        """The micro-batch ``start``..``end`` read in this process, after the same checks as
+        :meth:`partitions`; None when its commits hold more than ``max_rows`` estimated change
+        rows or ``max_bytes`` of files (let Spark's tasks read it then)."""
+        first, last = self._start_version(start) + 1, self._start_version(end)
+        target = to_arrow_schema(self.schema, timezone="UTC", prefers_large_types=False)
+        if last < first:
+            return target.empty_table()
+        commits = self._validate(start, first, last)
+        if sum(c.rows for c in commits) > max_rows or sum(c.bytes for c in commits) > max_bytes:
+            return None
+        ranges = version_ranges([c.version for c in commits if not c.skip], MAX_PARTITIONS)
+        return pa.Table.from_batches(
+            [b for r in ranges for b in self.read(r)], schema=target)
+
     # -- worker side -------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_versions(self.path, self.schema, partition.first, partition.last, self.recovery)
@@ -248,7 +265,6 @@ def read_versions(path: str, schema: StructType, first: int, last: int,
     version are null (a new column appears in the next query run, which re-resolves the schema).
     """
     from deltalake import DeltaTable
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     target = to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
     try:

@@ -30,14 +30,19 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from cdc_lake.sources.cdf_datasource import NAME, ChangeFeedDataSource, table_schema
 from cdc_lake.sources.delta_log import DeltaLog
 from cdc_lake.sources.errors import DEFAULT_RECOVERY, ChangeFeedUnavailable
 
-__all__ = ["ChangeFeedUnavailable", "read_change_feed", "check_versions", "register", "NAME"]
+__all__ = ["ChangeFeedUnavailable", "read_change_feed", "read_batch_on_driver", "check_versions",
+           "register", "NAME"]
 
 ENGINES = ("deltalake", "delta-spark")
+# A micro-batch up to this size is read in the driver (see read_batch_on_driver).
+DRIVER_READ_MAX_ROWS = 100_000
+DRIVER_READ_MAX_BYTES = 64 << 20
 
 
 def register(spark: SparkSession) -> None:
@@ -112,6 +117,38 @@ def _delta_spark(spark: SparkSession, path: str, starting_version: int | None,
     if max_bytes is not None:
         reader = reader.option("maxBytesPerTrigger", str(max_bytes))
     return reader.load(path)
+
+
+def read_batch_on_driver(spark: SparkSession, path: str, schema: StructType,
+                         start: dict | None, end: dict, *, starting_version: int | None = None,
+                         recovery: str = DEFAULT_RECOVERY, max_rows: int = DRIVER_READ_MAX_ROWS,
+                         max_bytes: int = DRIVER_READ_MAX_BYTES) -> DataFrame | None:
+    """One micro-batch of the ``cdc_lake_change_feed`` stream, read by delta-rs in the driver.
+
+    ``start``/``end``: the batch's offsets as Spark logged them
+    (:func:`cdc_lake.checkpoint_log.batch_source_offsets`; ``start`` None for batch 0, which
+    starts at ``starting_version``). Same checks and rows as the stream's own read, but the rows
+    go to Spark as Arrow built in the JVM instead of through Python worker processes (on a small
+    scheduled run those cost about a second: a worker daemon started and a first job on it).
+    ``schema`` is the stream DataFrame's schema. None when the batch is larger than
+    ``max_rows`` (estimated change rows) or ``max_bytes`` (change files): use the stream's
+    DataFrame then, which Spark reads in parallel. Raises :class:`ChangeFeedUnavailable` like
+    the stream.
+
+    Example (in ``foreachBatch``)::
+
+        span = batch_source_offsets(checkpoint, batch_id)
+        df = read_batch_on_driver(spark, path, batch.schema, *span) if span else None
+        df = batch if df is None else df
+    """
+    from cdc_lake.engines.base import arrow_frame
+    from cdc_lake.sources.cdf_datasource import ChangeFeedStreamReader
+
+    reader = ChangeFeedStreamReader(path, schema, {"recovery": recovery})
+    if start is None:
+        start = {"version": (starting_version or 0) - 1, "table_id": end.get("table_id")}
+    data = reader.read_on_driver(start, end, max_rows=max_rows, max_bytes=max_bytes)
+    return None if data is None else arrow_frame(spark, data, schema)
 
 
 def check_versions(path: str, first: int, last: int, *, recovery: str = DEFAULT_RECOVERY) -> None:

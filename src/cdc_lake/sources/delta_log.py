@@ -50,6 +50,7 @@ class Commit:
     table_id: str | None  # metaData.id when this commit has a metaData action
     cdf: bool            # change data feed enabled after this commit
     skip: bool = False   # a rewrite tagged SAME_ROWS: no row changes, not read
+    bytes: int = 0       # size of the data files its change rows are read from
 
 
 def _is_true(v: object) -> bool:
@@ -60,6 +61,13 @@ def _stats_rows(action: dict) -> int:
     try:
         return int(json.loads(action.get("stats") or "{}").get("numRecords", 0))
     except (ValueError, TypeError, AttributeError):
+        return 0
+
+
+def _size(action: dict) -> int:
+    try:
+        return int(action.get("size") or 0)
+    except (TypeError, ValueError):
         return 0
 
 
@@ -173,7 +181,8 @@ class DeltaLog:
                                        f"(enable it on the table, then reprocess)")
             files = cdcs if cdcs else adds + removes
             needed.extend((v, f["path"]) for f in files)
-            commits.append(Commit(v, op, estimate_rows(info, adds, removes), meta_id, cdf))
+            commits.append(Commit(v, op, estimate_rows(info, adds, removes), meta_id, cdf,
+                                  bytes=sum(_size(f) for f in files)))
         self._check_files(needed, first, last)
         return commits
 
