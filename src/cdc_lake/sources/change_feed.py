@@ -144,14 +144,14 @@ def read_batch_on_driver(spark: SparkSession, path: str, schema: StructType,
         df = read_batch_on_driver(spark, path, batch.schema, *span) if span else None
         df = batch if df is None else df
     """
-    from cdc_lake.engines.base import arrow_frame
     from cdc_lake.sources.cdf_datasource import ChangeFeedStreamReader
 
     reader = ChangeFeedStreamReader(path, schema, {"recovery": recovery})
     if start is None:
         start = {"version": (starting_version or 0) - 1, "table_id": end.get("table_id")}
     data = reader.read_on_driver(start, end, max_rows=max_rows, max_bytes=max_bytes)
-    return None if data is None else arrow_frame(spark, data, schema)
+    # from Arrow: built in the JVM (a Python list would go through Python workers)
+    return None if data is None else spark.createDataFrame(data, schema)
 
 
 def check_versions(path: str, first: int, last: int, *, recovery: str = DEFAULT_RECOVERY) -> None:
