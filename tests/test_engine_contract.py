@@ -89,6 +89,7 @@ def test_merge_clauses_update_delete_and_guard(spark, engine, tmp_path):
     rows = _rows(engine, path)
     assert [(x["id"], x["name"]) for x in rows] == [(1, "a"), (3, "c")]  # seq guard kept 1='a'
     assert (r.inserted, r.updated, r.deleted) == (1, 0, 1)
+    assert engine.count(path) == len(rows) == 2  # after a delete: the snapshot, not the files ever written
 
 
 def test_merge_evolves_schema_older_rows_null(spark, engine, tmp_path):
@@ -175,6 +176,7 @@ def test_replace_is_one_commit_and_history_keeps_old_version(spark, engine, tmp_
 
 def test_read_missing_table_is_none(spark, engine, tmp_path):
     assert engine.read(str(tmp_path / "nope")) is None
+    assert engine.count(str(tmp_path / "nope")) == 0
     assert engine.version(str(tmp_path / "nope")) is None
     assert engine.txn_version(str(tmp_path / "nope"), "a") is None
 
@@ -209,7 +211,7 @@ def test_read_of_a_table_without_rows_keeps_its_schema(spark, engine, tmp_path):
     path = str(tmp_path / "empty")
     engine.create(path, schema)
     df = engine.read(path)
-    assert df is not None and df.count() == 0
+    assert df is not None and df.count() == 0 and engine.count(path) == 0
     assert [(f.name, f.dataType) for f in df.schema.fields] == \
         [(f.name, f.dataType) for f in schema.fields]
 

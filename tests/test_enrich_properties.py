@@ -85,6 +85,9 @@ def check_history(spark, tmp_path: Path, hist: History, cfg: ModelConfig) -> lis
         model.run()
         problems = expected_vs_actual(out, model, cfg)
         batches = model.batches[before:]
+        if summary.get("pending_rows") != len(model.pending_rows()):
+            problems.append(f"summary pending_rows {summary.get('pending_rows')} != model "
+                            f"{len(model.pending_rows())}")
         if summary.get("batches") != len(batches):
             problems.append(f"summary batches {summary.get('batches')} != model {len(batches)}")
         if batches and summary.get("dimension_versions") != batches[-1].dimension_versions:

@@ -133,6 +133,11 @@ class Engine(ABC):
     def read(self, path: str) -> DataFrame | None:
         """Latest snapshot as a Spark DataFrame (None if no table)."""
 
+    def count(self, path: str) -> int:
+        """Rows of the latest snapshot (0 if no table). This default counts with Spark."""
+        df = self.read(path)
+        return 0 if df is None else df.count()
+
     def read_arrow(self, path: str, columns: list[str], *, where_in: tuple[str, list[Any]]) -> pa.Table | None:
         """``columns`` of the rows whose ``where_in[0]`` is one of ``where_in[1]`` (``None`` there
         also matches null), as Arrow; None if no table. For small lookups (the side tables'

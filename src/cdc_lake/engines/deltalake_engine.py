@@ -76,6 +76,15 @@ class DeltaRsEngine(Engine):
             return empty_frame(self.spark, schema)
         return self.spark.read.schema(schema).parquet(*files)
 
+    def count(self, path: str) -> int:
+        """Exact, from the snapshot's Parquet footers (delta-rs + Arrow): no Spark job."""
+        dt = self._table(path)
+        if dt is None:
+            return 0
+        if set(dt.protocol().reader_features or []) & _UNSUPPORTED_READER_FEATURES:
+            return super().count(path)
+        return dt.to_pyarrow_dataset().count_rows()
+
     def read_arrow(self, path: str, columns: list[str], *, where_in: tuple[str, list[Any]]) -> pa.Table | None:
         """delta-rs reads the lookup itself (file statistics prune by ``where_in``): no Spark job."""
         dt = self._table(path)

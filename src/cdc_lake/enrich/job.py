@@ -254,7 +254,6 @@ def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetim
              stats: EnrichStats, progress: list[dict[str, Any]], reprocess: bool) -> dict[str, Any]:
     dropped = stats.dropped_late + sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
                                        for p in progress for op in p.get("stateOperators", []))
-    pending = engine.read(str(cfg.outputs.pending))
     dims = dict(stats.dimension_versions) or {d.name: engine.version(str(d.table))
                                               for d in cfg.dimensions}
     tables = {name: engine.version(str(path)) for name, path in cfg.output_tables.items()}
@@ -270,7 +269,7 @@ def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetim
         "enriched_deleted": stats.enriched_deleted, "parked": stats.parked,
         "released": stats.released, "released_unknown": stats.released_unknown,
         "restated": stats.restated,
-        "pending_rows": pending.count() if pending is not None else 0,
+        "pending_rows": engine.count(str(cfg.outputs.pending)),
         "aggregate_rows_touched": stats.aggregate_rows_touched,
         "dropped_by_watermark": dropped, "quarantined": stats.quarantined,
         "dimension_versions": dims, "tables": tables,
