@@ -281,7 +281,7 @@ def _bounds(res: dict[str, Any]) -> str:
         "started a Python worker daemon and two workers just to unpickle one row (2 pairs: "
         "22.8 / 21.4 -> 20.4 / 20.6 s); and a micro-batch up to 50,000 change rows is read by "
         "delta-rs in the driver from the offsets Spark logged for it instead of by a Python "
-        "worker (`read_batch_on_driver`; the read step 3.6 -> 2.4 s, the job 1.1-2.1 s faster in "
+        "worker (`read_batch_on_driver`; the read step 3.6 -> 2.4 s, the job 1.0-2.1 s faster in "
         "3 pairs; the same at 50k rows, 1.3 s slower at 200k rows, where the tasks' parallel "
         "read wins: hence the limit). Both together against the session's starting commit: "
         "22.7 -> 20.4 s (2 pairs). Per batch the job now prints its steps: read 2.3-2.7 s, "

@@ -41,7 +41,7 @@ __all__ = ["ChangeFeedUnavailable", "read_change_feed", "read_batch_on_driver", 
 
 ENGINES = ("deltalake", "delta-spark")
 # A micro-batch up to this size is read in the driver (see read_batch_on_driver). Measured
-# 2026-11-25 (enrichment job, spark-submit wall, 2 cores): 800 change rows 1.1-2.1 s faster in
+# 2026-11-25 (enrichment job, spark-submit wall, 2 cores): 800 change rows 1.0-2.1 s faster in
 # the driver; 50k rows the same (medians 18.2 vs 18.1 s, 4 runs each); 200k rows slower in the
 # driver (23.4 vs 22.1 s, 2 runs each), where the tasks' parallel read wins.
 DRIVER_READ_MAX_ROWS = 50_000
