@@ -230,7 +230,8 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         commits = self._validate(start, first, last)
         if sum(c.rows for c in commits) > max_rows or sum(c.bytes for c in commits) > max_bytes:
             return None
-        ranges = version_ranges([c.version for c in commits if not c.skip], MAX_PARTITIONS)
+        # one load_cdf per run of consecutive versions (no split: read here, one after another)
+        ranges = version_ranges([c.version for c in commits if not c.skip], 1)
         return pa.Table.from_batches(
             [b for r in ranges for b in self.read(r)], schema=target)
 
