@@ -57,12 +57,15 @@ sys.path.insert(0, str(HERE))
 import bench_enrich as be  # noqa: E402  (enrichment case)
 import bench_report as br  # noqa: E402  (docs/benchmarks.md + plots)
 import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
-from cdc_lake.config import LAUNCH_CONF  # noqa: E402
+from cdc_lake.config import launch_conf  # noqa: E402
+from cdc_lake.jvm_archive import option as jvm_archive_option  # noqa: E402
 
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 # Both sides get the product's driver JVM options (what the operator passes to spark-submit for
-# a backlog of a few hundred events: C1-only JIT, config.launch_conf).
-COMMON_CONF = ["--master", "local[2]", *(a for k, v in LAUNCH_CONF.items() for a in ("--conf", f"{k}={v}")),
+# a backlog of a few hundred events: C1-only JIT and, when make setup built it, the JVM class
+# archive; config.launch_conf, cdc_lake.jvm_archive).
+LAUNCH = launch_conf(None, archive=jvm_archive_option())
+COMMON_CONF = ["--master", "local[2]", *(a for k, v in LAUNCH.items() for a in ("--conf", f"{k}={v}")),
                "--conf", "spark.sql.session.timeZone=UTC",
                "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}"]
 # spark-submit's launcher scripts look up python/java on PATH: the venv first
@@ -281,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         res: dict[str, Any] = {"command": " ".join(["python benchmarks/bench.py", *(argv if argv is not None else sys.argv[1:])]),
                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "machine": f"{os.cpu_count()} cores, {bi._mem_total_gb()} GiB",
-                               "versions": bi.versions()}
+                               "versions": bi.versions(), "launch_conf": LAUNCH}
         date = res["date"]
         if "small" in cases:
             print("[bench] small increment", flush=True)

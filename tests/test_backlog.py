@@ -20,6 +20,7 @@ from airflow_env import DAGS_FOLDER, REPO, airflow_db  # noqa: F401
 
 from cdc_lake.cdc.backlog import Backlog, backlog, nothing_new
 from cdc_lake.cdc.job import run_pipeline
+from cdc_lake import jvm_archive
 from cdc_lake.config import C1_ONLY, DRIVER_JAVA_OPTIONS, ConfigError, launch_conf, load_pipeline
 
 
@@ -117,7 +118,8 @@ def test_operator_picks_the_driver_jit_from_the_backlog(tmp_path):
     op = _operator(_pipeline(small))
     _land(small / "landing", "a.json", 0, 10)
     op._choose_driver_jit()
-    assert op.conf[DRIVER_JAVA_OPTIONS] == C1_ONLY
+    archive = jvm_archive.option()  # the JVM class archive rides along when make setup built it
+    assert op.conf[DRIVER_JAVA_OPTIONS] == " ".join(filter(None, [C1_ONLY, archive]))
 
     big = tmp_path / "big"
     op = _operator(_pipeline(big))
@@ -125,7 +127,7 @@ def test_operator_picks_the_driver_jit_from_the_backlog(tmp_path):
         f.truncate(200 * 2**20)
     assert op.conf[DRIVER_JAVA_OPTIONS] == C1_ONLY  # the DAG's declared default ...
     op._choose_driver_jit()
-    assert DRIVER_JAVA_OPTIONS not in op.conf  # ... the run gets the JVM's full JIT
+    assert op.conf.get(DRIVER_JAVA_OPTIONS) == archive  # ... the run gets the JVM's full JIT
     assert op.conf["spark.sql.session.timeZone"] == "UTC"  # nothing else dropped
 
     mine = tmp_path / "mine"  # the pipeline's own setting wins either way

@@ -62,20 +62,25 @@ LAUNCH_CONF = {DRIVER_JAVA_OPTIONS: C1_ONLY}
 FULL_JIT_FROM_MB = 48  # CDC default of ``spark.full_jit_from_mb``
 
 
-def launch_conf(backlog_bytes: int | None, full_jit_from_mb: int = FULL_JIT_FROM_MB) -> dict[str, str]:
+def launch_conf(backlog_bytes: int | None, full_jit_from_mb: int = FULL_JIT_FROM_MB, *,
+                archive: str | None = None) -> dict[str, str]:
     """Driver JVM options for a run that will read ``backlog_bytes`` of input.
 
     C1-only JIT below ``full_jit_from_mb`` MiB or when the backlog is unknown (``None``: the
     common scheduled run is small); nothing (the JVM's default tiered C1+C2 JIT) from there on.
+    ``archive``: the class-data-sharing option of :func:`cdc_lake.jvm_archive.option` (callers
+    that launch a JVM pass it; None: no archive), added whatever the JIT.
 
     Example::
 
         launch_conf(2_000_000)      # {'spark.driver.defaultJavaOptions': '-XX:TieredStopAtLevel=1'}
         launch_conf(400 * 2**20)    # {}
+        launch_conf(None, archive="-XX:SharedArchiveFile=/venv/share/cdc-lake/spark-driver.jsa")
     """
-    if backlog_bytes is not None and backlog_bytes >= full_jit_from_mb * 2**20:
-        return {}
-    return dict(LAUNCH_CONF)
+    opts = [] if backlog_bytes is not None and backlog_bytes >= full_jit_from_mb * 2**20 else [C1_ONLY]
+    if archive:
+        opts.append(archive)
+    return {DRIVER_JAVA_OPTIONS: " ".join(opts)} if opts else {}
 
 
 def driver_jit(java_options: str | None) -> str | None:
@@ -85,6 +90,12 @@ def driver_jit(java_options: str | None) -> str | None:
         return None
     m = re.findall(r"-XX:TieredStopAtLevel=(\d)", java_options or "")
     return "C1" if m and int(m[-1]) < 4 else "C1+C2"
+
+
+def class_archive(java_options: str | None) -> str | None:
+    """The class-data-sharing archive the driver JVM was started with (``-XX:SharedArchiveFile``)."""
+    m = re.findall(r"-XX:SharedArchiveFile=(\S+)", java_options or "")
+    return m[-1] if m else None
 
 
 class ConfigError(ValueError):

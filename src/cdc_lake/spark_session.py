@@ -43,8 +43,12 @@ def delta_spark_conf(cfg: PipelineConfig) -> dict[str, str]:
 
 def session_conf(cfg: PipelineConfig, backlog_bytes: int | None = None) -> dict[str, str]:
     """Confs of a session built here; the driver JVM options follow the run's backlog
-    (:func:`cdc_lake.config.launch_conf`) unless the pipeline's spark conf sets them."""
-    conf = {**launch_conf(backlog_bytes, getattr(cfg, "full_jit_from_mb", FULL_JIT_FROM_MB)),
+    (:func:`cdc_lake.config.launch_conf`, with the JVM class archive when one is built) unless
+    the pipeline's spark conf sets them."""
+    from cdc_lake.jvm_archive import option
+
+    conf = {**launch_conf(backlog_bytes, getattr(cfg, "full_jit_from_mb", FULL_JIT_FROM_MB),
+                          archive=option()),
             **BASE_CONF}
     if cfg.engine == "delta-spark" or (cfg.delta_spark.jars_dir and cfg.engine == "auto"):
         conf.update(delta_spark_conf(cfg))

@@ -40,6 +40,7 @@ from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.operator import (CdcSparkSubmitOperator, _build_conf, _build_delta_jars, _json_scalars,
                                       _lock_lines, table_asset)
 from cdc_lake.airflow.params import RunParams, unknown_conf_message
+from cdc_lake.config import DRIVER_JAVA_OPTIONS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -81,6 +82,8 @@ class _KindOperator(CdcSparkSubmitOperator):
         # CdcSparkSubmitOperator._get_hook appends these to the application args
         self._run_params = _CliArgs(extra)  # type: ignore[assignment]
         self.log.info("%s %s, run %s, extra args %s", self.kind_label, self.pipeline.name, run_id, extra)
+        if DRIVER_JAVA_OPTIONS not in self.pipeline.spark_conf:
+            self._set_launch_options(None, "not sized for this job kind")
         self._ship_package()
         try:
             SparkSubmitOperator.execute(self, context)

@@ -50,7 +50,7 @@ from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.params import RunParams, validate_run_params
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.cdc.backlog import backlog
-from cdc_lake.config import DRIVER_JAVA_OPTIONS, LAUNCH_CONF, launch_conf
+from cdc_lake.config import DRIVER_JAVA_OPTIONS, FULL_JIT_FROM_MB, LAUNCH_CONF, driver_jit, launch_conf
 from cdc_lake.runids import run_summary_path
 
 if TYPE_CHECKING:
@@ -136,11 +136,23 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         if DRIVER_JAVA_OPTIONS in self.pipeline.spark_conf:
             return
         pending = backlog(self.pipeline, full_refresh=self._run_params.full_refresh)
-        chosen = launch_conf(pending.bytes if pending else None, self.pipeline.full_jit_from_mb)
+        self._set_launch_options(pending.bytes if pending else None,
+                                 f"{pending.files} files, {pending.bytes / 2**20:.1f} MiB" if pending else "unknown")
+
+    def _set_launch_options(self, backlog_bytes: int | None, described: str) -> None:
+        """The driver JVM options of this run (:func:`cdc_lake.config.launch_conf`): the JIT
+        for ``backlog_bytes`` and the class-data-sharing archive when one is built for this
+        environment (:mod:`cdc_lake.jvm_archive`), read on the worker at execute time."""
+        from cdc_lake.jvm_archive import option
+
+        archive = option()
+        chosen = launch_conf(backlog_bytes, getattr(self.pipeline, "full_jit_from_mb", FULL_JIT_FROM_MB),
+                             archive=archive)
         conf = {k: v for k, v in (self.conf or {}).items() if k != DRIVER_JAVA_OPTIONS}
         self.conf = {**conf, **chosen}
-        self.log.info("Backlog %s: driver JIT %s", f"{pending.files} files, {pending.bytes / 2**20:.1f} MiB"
-                      if pending else "unknown", "C1 only" if chosen else "C1+C2 (JVM default)")
+        self.log.info("Backlog %s: driver JIT %s, JVM class archive %s", described,
+                      "C1 only" if driver_jit(chosen.get(DRIVER_JAVA_OPTIONS, "")) == "C1"
+                      else "C1+C2 (JVM default)", archive or "none (python -m cdc_lake.jvm_archive status)")
 
     def _ship_package(self) -> None:
         """``--py-files``: the ``cdc_lake`` package the driver runs, for executor Python workers.

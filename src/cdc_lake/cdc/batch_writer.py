@@ -60,6 +60,7 @@ class RunStats:
     startup_s: float = 0.0
     engine_label: str | None = None
     driver_jit: str | None = None  # what the driver JVM runs ("C1" / "C1+C2"), None: no Spark
+    jvm_archive: str | None = None  # the driver JVM's class-data-sharing archive (jvm_archive)
 
 
 @dataclass(frozen=True)

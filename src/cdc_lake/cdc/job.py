@@ -33,7 +33,7 @@ from cdc_lake.checkpoint import instance_id
 from cdc_lake.cdc.backlog import backlog, nothing_new
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import ConfigError, driver_jit
+from cdc_lake.config import ConfigError, class_archive, driver_jit
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
 from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
@@ -151,7 +151,8 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
     if spark is None:
         pending = backlog(cfg, full_refresh=full_refresh)
         spark = build_session(cfg, backlog_bytes=pending.bytes if pending else None)
-    stats.driver_jit = driver_jit(driver_java_options(spark))
+    java_options = driver_java_options(spark)
+    stats.driver_jit, stats.jvm_archive = driver_jit(java_options), class_archive(java_options)
     engine = select_engine(spark, cfg.engine)
     stats.startup_s = round(time.monotonic() - t0, 3)
     if full_refresh:
@@ -254,6 +255,7 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
         "duration_s": round(duration, 3),
         "spark_startup_s": stats.startup_s,
         "driver_jit": stats.driver_jit,  # "C1" / "C1+C2" (config.launch_conf); None: Spark not started
+        "jvm_archive": stats.jvm_archive,  # class-data-sharing archive (cdc_lake.jvm_archive) or None
         "stream_s": round(duration - stats.startup_s, 3),
         "batches": len(batch_ids), "batch_ids": batch_ids,
         "last_batch_id": batch_ids[-1] if batch_ids else None,
