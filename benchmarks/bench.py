@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE))
 import bench_enrich as be  # noqa: E402  (enrichment case)
 import bench_report as br  # noqa: E402  (docs/benchmarks.md + plots)
 import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
-from cdc_lake.config import launch_conf  # noqa: E402
+from cdc_lake.config import DRIVER_JAVA_OPTIONS, class_archive, launch_conf  # noqa: E402
 from cdc_lake.jvm_archive import option as jvm_archive_option  # noqa: E402
 
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
@@ -315,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{res['enrich']['large']['ratio']}", flush=True)
         for c in cases:
             res[c]["date"] = date
+            res[c]["jvm_archive"] = class_archive(LAUNCH.get(DRIVER_JAVA_OPTIONS))  # both sides
         res["loadavg"] = [round(x, 2) for x in os.getloadavg()]
         res["seconds"] = round(time.time() - t0, 1)
     results = (HERE / "results") if not a.quick else out

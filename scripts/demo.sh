@@ -22,10 +22,14 @@ if [ -d "$LANDING" ] && [ "${DEMO_RESET:-1}" = 1 ]; then
   rm -rf "$LANDING" "$CDC_DATA_DIR/lake/shop_${FORMAT}"
 fi
 
+# The driver JVM options the operator would pass for a small run (C1-only JIT, the JVM class
+# archive make setup built: cdc_lake.config.launch_conf, cdc_lake.jvm_archive).
+JVM_OPTS=$($PY -c 'from cdc_lake.config import launch_conf, DRIVER_JAVA_OPTIONS as K; from cdc_lake.jvm_archive import option; print(launch_conf(None, archive=option())[K])')
+
 # spark-submit a job: job_submit <run id> <output prefix to show> <script> <args...>
 job_submit() {
   local run=$1 prefix=$2 script=$3; shift 3
-  .venv/bin/spark-submit --master "local[2]" \
+  .venv/bin/spark-submit --master "local[2]" --conf "spark.driver.defaultJavaOptions=$JVM_OPTS" \
     --conf spark.pyspark.python="$PWD/$PY" --conf spark.pyspark.driver.python="$PWD/$PY" \
     --conf spark.sql.session.timeZone=UTC --conf spark.ui.enabled=false \
     --driver-java-options "-Dlog4j.rootLogger=WARN" \
