@@ -41,7 +41,8 @@ fi
 .venv/bin/python -m cdc_lake.pyspark_zip | sed 's/^/[bootstrap] /'
 # The driver JVM's class-data-sharing archive (cdc_lake/jvm_archive.py): Spark's classes mapped
 # from one file instead of loaded and verified on every run (a small run ~3 s sooner). Built once
-# by a ~30 s training ingest, again when pyspark or java change; CDC_JVM_ARCHIVE=off skips it.
+# by a ~40 s training run of each job kind (CDC, dimension, enrichment) in one JVM, again when
+# pyspark or java change or the archive predates a job kind; CDC_JVM_ARCHIVE=off skips it.
 # A failed build is reported and the runs start without an archive.
 .venv/bin/python -m cdc_lake.jvm_archive ensure 2>&1 | sed 's/^/[bootstrap] /' || true
 echo "[bootstrap] ready: $(.venv/bin/python --version), Java $JAVA_MAJOR, $(.venv/bin/python -c 'import pyspark, deltalake, airflow; print(f"pyspark {pyspark.__version__}, deltalake {deltalake.__version__}, airflow {airflow.__version__}")')"

@@ -77,8 +77,13 @@ def test_spark_submit_maps_sparks_classes_from_the_built_archive(tmp_path) -> No
     log = tmp_path / "classload.txt"
     options = launch_conf(None, archive=opt)[DRIVER_JAVA_OPTIONS] + f" -Xlog:class+load=info:file={log}"
     script = tmp_path / "count.py"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": [1, 2, 3]}), tmp_path / "t.parquet")
     script.write_text("from pyspark.sql import SparkSession\n"
-                      "s = SparkSession.builder.getOrCreate()\nprint('ROWS', s.range(5).count())\ns.stop()\n")
+                      "s = SparkSession.builder.getOrCreate()\nprint('ROWS', s.range(5).count())\n"
+                      f"print('PARQUET', s.read.parquet({str(tmp_path / 't.parquet')!r}).count())\ns.stop()\n")
     bindir = Path(sys.executable).parent
     out = subprocess.run([str(bindir / "spark-submit"), "--master", "local[1]",
                           "--conf", f"{DRIVER_JAVA_OPTIONS}={options}", "--conf", "spark.ui.enabled=false",
@@ -89,6 +94,14 @@ def test_spark_submit_maps_sparks_classes_from_the_built_archive(tmp_path) -> No
     spark_classes = [ln for ln in lines if " org.apache.spark." in ln]
     shared = [ln for ln in spark_classes if "shared objects file (top)" in ln]
     assert len(shared) > 1000, f"{len(shared)} of {len(spark_classes)} Spark classes from the archive"
+    # the training ran the dimension and enrichment kinds too, which read Delta tables with Spark's
+    # Parquet scan (the CDC kind alone never loads it): those classes are archived as well
+    assert "PARQUET 3" in out.stdout, out.stderr[-3000:]
+    parquet = [ln for ln in lines if " org.apache.parquet." in ln]
+    from_archive = [ln for ln in parquet if "shared objects file (top)" in ln]
+    assert parquet and len(from_archive) > 0.9 * len(parquet), (
+        f"{len(from_archive)} of {len(parquet)} Parquet classes from the archive "
+        f"(trained on {jvm_archive._trained_on(Path(opt.split('=', 1)[1]))})")
 
 
 @pytest.mark.parametrize("missing", ["manifest", "archive"])
@@ -99,3 +112,19 @@ def test_status_reports_an_unusable_archive(tmp_path, monkeypatch, capsys, missi
     (path.with_name(path.name + ".json") if missing == "manifest" else path).unlink()
     assert jvm_archive.main(["status"]) == 1
     assert "not usable" in capsys.readouterr().out
+
+
+def test_ensure_rebuilds_an_archive_trained_on_fewer_job_kinds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An archive from an older setup (CDC training only, no ``trained_on``) still works, but
+    ``make setup`` (ensure) replaces it; a current one is left alone. The decision only: the
+    build itself is the bootstrap's real training run, exercised by the test above."""
+    path = tmp_path / "spark-driver.jsa"
+    monkeypatch.setenv(jvm_archive.ENV, str(path))
+    built: list[Path] = []
+    monkeypatch.setattr(jvm_archive, "build", lambda p, **_: built.append(p) or {"size": 1 << 20, "training_s": 1})
+    _fake(path, 4096)  # usable, trained_on unknown
+    assert jvm_archive.option() is not None
+    assert jvm_archive.main(["ensure"]) == 0 and built == [path]
+    manifest = path.with_name(path.name + ".json")
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "trained_on": jvm_archive.TRAINED_ON}))
+    assert jvm_archive.main(["ensure"]) == 0 and built == [path]  # up to date: no second build
