@@ -4,7 +4,8 @@ Modules, one concept each:
 
 - :mod:`~cdc_lake.demo.schema` — the shop tables (columns, MySQL types, primary keys).
 - :mod:`~cdc_lake.demo.binlog` — transactions and DDL placed at binlog coordinates.
-- :mod:`~cdc_lake.demo.shop_model` — the seeded day-by-day simulation and true final state.
+- :mod:`~cdc_lake.demo.shop_model` — the seeded day-by-day simulation and true final state;
+  :mod:`~cdc_lake.demo.shop_actions` — its business actions and catalog.
 - :mod:`~cdc_lake.demo.writers` — per-format serialization of binlog entries.
 - :mod:`~cdc_lake.demo.landing` — numbered, atomically written landing files.
 - :mod:`~cdc_lake.demo.pipeline_yaml` — a pipeline YAML matching the landing data.
