@@ -130,8 +130,15 @@ class Engine(ABC):
     def schema(self, path: str) -> StructType | None: ...
 
     @abstractmethod
-    def read(self, path: str) -> DataFrame | None:
-        """Latest snapshot as a Spark DataFrame (None if no table)."""
+    def read(self, path: str, *, version: int | None = None) -> DataFrame | None:
+        """The latest snapshot, or the one at ``version`` (Delta time travel), as a Spark
+        DataFrame; None if there is no table.
+
+        Example::
+
+            engine.read("/lake/gold/order_lines")              # now
+            engine.read("/lake/gold/order_lines", version=12)  # as of version 12
+        """
 
     def count(self, path: str) -> int:
         """Rows of the latest snapshot (0 if no table). This default counts with Spark."""

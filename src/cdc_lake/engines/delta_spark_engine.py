@@ -49,10 +49,13 @@ class DeltaSparkEngine(Engine):
     def schema(self, path: str) -> StructType | None:
         return self.read(path).schema if self.exists(path) else None  # type: ignore[union-attr]
 
-    def read(self, path: str) -> DataFrame | None:
+    def read(self, path: str, *, version: int | None = None) -> DataFrame | None:
         if not self.exists(path):
             return None
-        return self.spark.read.format("delta").load(path)
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        return reader.load(path)
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         """Read ``txn`` actions from the Delta log (JSON commits + latest checkpoint).

@@ -44,9 +44,9 @@ class DeltaRsEngine(Engine):
     name = "deltalake"
     computes_to_arrow = True
 
-    def _table(self, path: str) -> DeltaTable | None:
+    def _table(self, path: str, version: int | None = None) -> DeltaTable | None:
         try:
-            return DeltaTable(path)
+            return DeltaTable(path, version=version)
         except TableNotFoundError:
             return None
 
@@ -63,8 +63,8 @@ class DeltaRsEngine(Engine):
             return None
         return from_arrow_schema(pa.schema(dt.schema().to_arrow()), prefer_timestamp_ntz=False)
 
-    def read(self, path: str) -> DataFrame | None:
-        dt = self._table(path)
+    def read(self, path: str, *, version: int | None = None) -> DataFrame | None:
+        dt = self._table(path, version)
         if dt is None:
             return None
         schema = from_arrow_schema(pa.schema(dt.schema().to_arrow()), prefer_timestamp_ntz=False)

@@ -25,12 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from cdc_lake.engines import Engine
-from cdc_lake.engines.base import empty_frame
 
 PLANS_DIR = "enrich_batches"
 KEEP_PLANS = 50
@@ -80,21 +77,7 @@ def _prune(folder: Path, batch_id: int) -> None:
 
 def read_at(engine: Engine, path: str, version: int | None) -> DataFrame | None:
     """The table's snapshot at ``version`` (None: the table did not exist then)."""
-    if version is None:
-        return None
-    if engine.name == "delta-spark":
-        return engine.spark.read.format("delta").option("versionAsOf", version).load(path)
-    from deltalake import DeltaTable
-
-    dt = DeltaTable(path, version=version)
-    schema = from_arrow_schema(pa.schema(dt.schema().to_arrow()), prefer_timestamp_ntz=False)
-    features = set(dt.protocol().reader_features or [])
-    if features & {"deletionVectors", "columnMapping"}:
-        return engine.spark.createDataFrame(dt.to_pyarrow_table())
-    files = dt.file_uris()
-    if not files:
-        return empty_frame(engine.spark, schema)
-    return engine.spark.read.schema(schema).parquet(*files)
+    return None if version is None else engine.read(path, version=version)
 
 
 def now_utc() -> datetime:
