@@ -175,6 +175,24 @@ def test_offset_log_write_killed_before_its_rename_does_not_block_later_runs(spa
     assert not list(offsets.glob(f"*{u}*"))
 
 
+def test_a_commit_file_deleted_by_hand_with_its_checksum_left_does_not_block_the_run(spark, tmp_path):
+    """Deleting ``commits/N`` (to make Spark redo batch N) leaves ``commits/.N.crc``; Spark's
+    rename of the new ``commits/N`` then failed ("Multiple streaming queries are concurrently
+    using ...", exit 1). The stale checksum is removed before the start; batch N is redone."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    commits = cfg.checkpoint_path / "commits"
+    last = last_committed_batch(cfg.checkpoint_path)
+    assert (commits / f".{last}.crc").exists()  # Spark's local file system writes checksums
+    (commits / str(last)).unlink()
+    land(cfg.landing_path, "b.json", event(3))
+    s = run_pipeline(cfg, spark=spark, run_id="r2")
+    assert s["status"] == "succeeded"
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}
+    assert last_committed_batch(cfg.checkpoint_path) is not None
+
+
 def test_remove_unfinished_writes_touches_only_temp_files_of_log_writes(tmp_path):
     """No Spark: which names are unfinished writes (Hadoop's ``.<name>.<uuid>.tmp`` + checksum)."""
     from cdc_lake.checkpoint_log import remove_unfinished_writes
@@ -184,7 +202,9 @@ def test_remove_unfinished_writes_touches_only_temp_files_of_log_writes(tmp_path
             "sources/0/9.compact", "offsets/.0.tmp", f"offsets/.0.{u}", "cdc_instance.json",
             f"state/0/0/.1.delta.{u}.tmp"]  # (state: Spark's own; not a log folder)
     gone = [f"offsets/.1.{u}.tmp", f"offsets/..1.{u}.tmp.crc", f"commits/.3.{u}.tmp",
-            f"sources/0/.10.compact.{u}.tmp", f"sources/0/..10.compact.{u}.tmp.crc"]
+            f"sources/0/.10.compact.{u}.tmp", f"sources/0/..10.compact.{u}.tmp.crc",
+            # checksums of log files that are gone (deleted by hand)
+            "commits/.2.crc", "offsets/.7.crc", "sources/0/.3.compact.crc"]
     for name in keep + gone:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")

@@ -18,7 +18,9 @@ Spark writes each log file as a hidden temp file (``.N.<uuid>.tmp`` and its chec
 ``..N.<uuid>.tmp.crc``) and renames it into place. A driver killed between the two leaves the
 temp file, which Spark never reads — but a leftover in ``offsets/`` of a query without batches
 makes Spark refuse the checkpoint on every later start (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY:
-"should be empty on batch 0"). :func:`remove_unfinished_writes` deletes them before a start.
+"should be empty on batch 0"). :func:`remove_unfinished_writes` deletes them before a start,
+and the checksum ``.N.crc`` of a log file ``N`` that is gone (an operator deleted ``commits/N``
+by hand): Spark's rename onto it would fail with a misleading "concurrent query" error.
 
 Example::
 
@@ -38,6 +40,7 @@ from typing import Any
 _LOG_NAME = re.compile(r"(\d+)(\.compact)?")
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _UNFINISHED = re.compile(rf"\.\.?[^/]+\.{_UUID}\.tmp(\.crc)?")
+_CHECKSUM = re.compile(r"\.(\d+(?:\.compact)?)\.crc")
 
 
 class PipelineStateError(RuntimeError):
@@ -165,28 +168,37 @@ def source_log_files(checkpoint: Path, source: int = 0) -> list[tuple[int, Path]
 
 def read_source_log(path: Path) -> list[str]:
     """The file URIs one file-source log file lists."""
-    paths = []
+    return [uri for uri, _ in read_source_entries(path)]
+
+
+def read_source_entries(path: Path) -> list[tuple[str, int | None]]:
+    """``(file URI, modification time in ms when it was taken)`` of one file-source log file."""
+    out: list[tuple[str, int | None]] = []
     for ln in _lines(path):
         if not ln.strip():
             continue
         entry = _json(ln)
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             raise ValueError("not in the file source log format")
-        paths.append(entry["path"])
-    return paths
+        ts = entry.get("timestamp")
+        out.append((entry["path"], ts if isinstance(ts, int) and not isinstance(ts, bool) else None))
+    return out
 
 
 def remove_unfinished_writes(checkpoint: Path) -> list[Path]:
-    """Delete the temp files of log writes that never finished (see the module docstring) from
-    ``offsets/``, ``commits/`` and ``sources/*/``; return what was deleted. Call it only under the
-    pipeline lock (no run of this checkpoint is writing)."""
+    """Delete the temp files of log writes that never finished (see the module docstring) and
+    checksums of log files that are gone, from ``offsets/``, ``commits/`` and ``sources/*/``;
+    return what was deleted. Call it only under the pipeline lock (no run of this checkpoint is
+    writing)."""
     folders = [checkpoint / "offsets", checkpoint / "commits"]
     sources = checkpoint / "sources"
     folders += sorted(p for p in sources.iterdir() if p.is_dir()) if sources.is_dir() else []
     removed = []
     for folder in folders:
         for f in sorted(folder.iterdir()) if folder.is_dir() else []:
-            if f.is_file() and _UNFINISHED.fullmatch(f.name):
+            orphan = _CHECKSUM.fullmatch(f.name)
+            if f.is_file() and (_UNFINISHED.fullmatch(f.name)
+                                or (orphan and not (folder / orphan.group(1)).exists())):
                 f.unlink()
                 removed.append(f)
     return removed

@@ -84,7 +84,8 @@ def _unreadable(path: Path) -> str | None:
 def check_state(cfg: PipelineConfig) -> None:
     """Raise :class:`PipelineStateError` if the checkpoint or a table it wrote is damaged/missing."""
     for f in remove_unfinished_writes(cfg.checkpoint_path):
-        print(f"[cdc] removed {f}: a checkpoint log write a killed run never finished", flush=True)
+        print(f"[cdc] removed {f}: left by a checkpoint log write a killed run never finished, "
+              "or the checksum of a log file that was deleted", flush=True)
     validate_checkpoint(cfg.checkpoint_path, recovery=reset_command(cfg))
     written = written_tables(cfg.checkpoint_path)
     missing: dict[str, str] = {}
