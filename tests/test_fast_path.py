@@ -138,13 +138,15 @@ def test_globs_fnmatch_cannot_mirror_run_spark(spark, tmp_path, glob):
     assert not nothing_new(cfg)
 
 
-def test_late_file_with_old_mtime_is_picked_up(spark, tmp_path):
-    """Spark's default maxFileAge (7 days, relative to the newest file seen) would skip it."""
+@pytest.mark.parametrize("age", ["month", "epoch"])
+def test_late_file_with_old_mtime_is_picked_up(spark, tmp_path, age):
+    """Spark's default maxFileAge (7 days, relative to the newest file seen) would skip it; so
+    would any bound shorter than the file's age (an archive unpacked without timestamps: 1970)."""
     cfg = _pipeline(tmp_path)
     _land(cfg.landing_path, "a-000.json", _event(1))
     run_pipeline(cfg, spark=spark, run_id="r1")
-    month_ago = time.time() - 30 * 86400
-    _land(cfg.landing_path, "old-000.json", _event(2, "insert"), mtime=month_ago)
+    old = time.time() - 30 * 86400 if age == "month" else 0
+    _land(cfg.landing_path, "old-000.json", _event(2, "insert"), mtime=old)
     assert not nothing_new(cfg)
     s = run_pipeline(cfg, spark=spark, run_id="r2")
     assert s["events_read"] == 1 and s["batches"] == 1

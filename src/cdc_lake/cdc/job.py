@@ -45,8 +45,9 @@ from cdc_lake.summary import SUMMARY_PREFIX, record_summary
 __all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
 # Spark's file source forgets (and then ignores) files whose mtime is older than the newest seen
 # file minus maxFileAge (default 7 days): a late-landed file with an old mtime would be skipped
-# silently. Ten years: never in practice.
-MAX_FILE_AGE = "3650d"
+# silently — and an archive unpacked without timestamps gives mtime 0 (1970). A thousand years:
+# never, for any real clock.
+MAX_FILE_AGE = "365000d"
 
 
 def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None) -> DataFrame:
