@@ -193,6 +193,42 @@ def test_a_commit_file_deleted_by_hand_with_its_checksum_left_does_not_block_the
     assert last_committed_batch(cfg.checkpoint_path) is not None
 
 
+def test_a_landed_file_appended_to_after_it_was_read_stops_the_run_and_the_recovery_converges(spark, tmp_path):
+    """A producer still writing a file when a run took it: the cut-off line is quarantined, the
+    rest arrives in the same file later — Spark's file source never reads a taken file again, so
+    the run (otherwise a no-op: no new file) must stop and say so (exit 3), naming the file; the
+    recovery it prints (new lines into a new file, old mtime back) gives every event."""
+    import os
+    import re
+
+    from cdc_lake.cdc.backlog import LandedFileChanged
+
+    cfg = pipeline(tmp_path)
+    second = event(2)
+    a = land(cfg.landing_path, "a.json", event(1), second[:40])  # cut off mid-line, no newline
+    a.write_text(a.read_text().rstrip("\n"), encoding="utf-8")
+    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    assert s["quarantined"] == 1 and rows(cfg.tables["orders"].path) == {1: "s1"}
+    taken_mtime = os.stat(a).st_mtime
+    with open(a, "a", encoding="utf-8") as f:  # the producer finishes the line, adds another
+        f.write(second[40:] + "\n" + event(3) + "\n")
+    os.utime(a, (taken_mtime + 5, taken_mtime + 5))
+
+    with pytest.raises(LandedFileChanged) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    msg = str(e.value)
+    assert str(a) in msg and "touch -m -d @" in msg, msg
+    r = _cli(cfg.file)
+    assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(a) in r.stderr, r.stderr
+
+    land(cfg.landing_path, "a-rest.json", second, event(3))  # the recovery the message names
+    touch = re.search(r"`(touch -m -d @[^`]+)`", msg).group(1)
+    subprocess.run(touch, shell=True, check=True)
+    s = run_pipeline(cfg, spark=spark, run_id="r3")
+    assert s["status"] == "succeeded"
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}
+
+
 def test_remove_unfinished_writes_touches_only_temp_files_of_log_writes(tmp_path):
     """No Spark: which names are unfinished writes (Hadoop's ``.<name>.<uuid>.tmp`` + checksum)."""
     from cdc_lake.checkpoint_log import remove_unfinished_writes

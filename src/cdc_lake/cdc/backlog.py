@@ -7,7 +7,9 @@ driver (or the Airflow worker) before any JVM starts:
 
 * :func:`nothing_new` lets a scheduled run with nothing to do skip Spark entirely;
 * :func:`backlog` sizes the work, so the launcher can pick driver JVM options for it
-  (:func:`cdc_lake.config.launch_conf`: C1-only JIT for short runs, the full JIT for big ones).
+  (:func:`cdc_lake.config.launch_conf`: C1-only JIT for short runs, the full JIT for big ones);
+* :func:`check_landed_files_unchanged` stops a run when a file the stream already took has been
+  modified since (lines appended to it would never be read: the file source takes a file once).
 
 Both answer conservatively: any doubt (a folder in the landing path, a glob ``fnmatch`` cannot
 mirror, a URI instead of a local path, an unreadable log) is ``False`` / ``None``.
@@ -25,14 +27,16 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.checkpoint_log import (last_committed_batch, last_offset_batch, read_offsets,
-                                     read_source_log, source_log_files)
+from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
+                                     read_offsets, read_source_entries, read_source_log,
+                                     source_log_files)
 
-__all__ = ["Backlog", "backlog", "nothing_new"]
+__all__ = ["Backlog", "LandedFileChanged", "backlog", "check_landed_files_unchanged", "nothing_new"]
 
 _GLOB_SAFE = re.compile(r"[^{}\\^]*")  # fnmatch agrees with Hadoop's glob on these patterns
 
@@ -122,3 +126,82 @@ def _taken(cfg: PipelineConfig) -> set[str] | None:
                 return None
             seen.add(os.path.normpath(unquote(uri.path)))
     return seen
+
+
+class LandedFileChanged(PipelineStateError):
+    """A landing file was modified after the stream took it."""
+
+    def __init__(self, changed: list[tuple[str, int, int]], landing: str) -> None:
+        self.files = [p for p, _, _ in changed]
+        shown = changed[:5]
+        listing = "; ".join(f"{p} (taken when modified at {_iso(t)}, now modified at {_iso(n)})"
+                            for p, t, n in shown)
+        more = f" and {len(changed) - len(shown)} more" if len(changed) > len(shown) else ""
+        touch = " && ".join(f"touch -m -d @{t / 1000:.3f} {shlex.quote(p)}" for p, t, _ in shown)
+        super().__init__(
+            f"{len(changed)} landing file(s) in {landing} changed after the stream read them: "
+            f"{listing}{more}. Spark's file source reads each file once, so lines written to it "
+            "later would never be read (a file must be complete when it appears in the landing "
+            "folder: write it under a temporary name — hidden, starting with '.' — and rename it "
+            "into place). Recovery: copy the lines added since the first read into a NEW file in "
+            "the landing folder (a line that was cut off then is in the quarantine; its completed "
+            "form belongs in the new file), then give each changed file its old modification time "
+            f"back (`{touch}`) and run again")
+
+
+def _iso(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
+    """Raise :class:`LandedFileChanged` when a file the file source took in a committed batch is
+    still in the landing folder and was modified later than the time the source recorded for it.
+
+    Local landing folders only (a URI or a log this module does not read: no check). A recorded
+    time that is a whole second may be a file system without milliseconds: then only a change in
+    a later second counts.
+
+    Example::
+
+        check_landed_files_unchanged(cfg)   # before the stream starts, under the pipeline lock
+    """
+    if ":" in str(cfg.landing_path):
+        return
+    taken = _taken_entries(cfg)
+    changed = []
+    for path, recorded in sorted(taken.items()):
+        try:
+            now = os.stat(path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            continue  # archived / cleaned up: nothing more to read from it
+        slack = 999 if recorded % 1000 == 0 else 0
+        if now > recorded + slack:
+            changed.append((path, recorded, now))
+    if changed:
+        raise LandedFileChanged(changed, str(cfg.landing_path))
+
+
+def _taken_entries(cfg: PipelineConfig) -> dict[str, int]:
+    """Local path -> recorded mtime (ms) of the files taken in committed batches (the last time
+    a path was taken counts); empty when the log holds anything else (a URI, no times)."""
+    cp = cfg.checkpoint_path
+    committed = last_committed_batch(cp)
+    if committed is None:
+        return {}
+    entry = read_offsets(cp, committed)
+    if len(entry.sources) != 1 or entry.sources[0] is None:
+        return {}
+    log_offset = int(entry.sources[0]["logOffset"])
+    out: dict[str, int] = {}
+    for log_id, path in source_log_files(cp, 0):
+        if log_id > log_offset:
+            continue
+        for file_uri, ts in read_source_entries(path):
+            uri = urlsplit(file_uri)
+            if uri.scheme != "file" or uri.netloc not in ("", "localhost") or ts is None:
+                return {}
+            local = os.path.normpath(unquote(uri.path))
+            out[local] = max(ts, out.get(local, ts))
+    return out

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
 from cdc_lake.cdc.state import check_state, record_tables
 from cdc_lake.checkpoint import instance_id
-from cdc_lake.cdc.backlog import backlog, nothing_new
+from cdc_lake.cdc.backlog import backlog, check_landed_files_unchanged, nothing_new
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError, class_archive, driver_jit
@@ -142,6 +142,7 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
     stats = RunStats()
     if not full_refresh:  # a full refresh neither reads the main checkpoint nor needs the tables
         check_state(cfg)  # damaged checkpoint file / table deleted behind its back: stop, say how
+        check_landed_files_unchanged(cfg)  # appended to after it was read: never read again
     fast_engine = None if full_refresh else _fast_path_engine(cfg, spark)
     if fast_engine is not None and nothing_new(cfg):
         # Nothing the file source would pick up: no Spark session, no query, no commit.
