@@ -13,7 +13,7 @@ import pytest
 from job_helpers import event, land, pipeline, rows
 
 from cdc_lake.cdc.job import run_pipeline
-from cdc_lake.cdc.state import TableDamaged, TableMissing
+from cdc_lake.cdc.state import TableDamaged, TableMissing, TableRolledBack
 from cdc_lake.checkpoint_log import last_committed_batch
 
 JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "cdc_ingest.py"
@@ -75,6 +75,38 @@ def test_damaged_delta_log_names_the_table_and_the_move_aside_recovery_converges
     s = run_pipeline(cfg, spark=spark, run_id="r3")
     assert s["status"] == "succeeded"
     assert rows(orders) == {i: f"s{i}" for i in range(1, 7)}
+    assert rows(cfg.tables["customers"].path) == {9: "s9"}
+
+
+def test_a_table_whose_newest_commit_was_removed_stops_the_run_and_a_full_refresh_recovers(spark, tmp_path):
+    """The newest ``_delta_log`` JSON of a table removed behind the checkpoint: the table reads
+    fine at the version before, so the last batch's changes were silently gone for good (exit 0).
+    The run now stops (exit 3) naming the table and both versions; the full refresh it names
+    restores every row, and later runs go on."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i) for i in range(1, 4)), event(9, "customers"))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(12, typ="update", id=2, status="paid"), event(4))
+    run_pipeline(cfg, spark=spark, run_id="r2")
+    orders = cfg.tables["orders"].path
+    assert rows(orders) == {1: "s1", 2: "paid", 3: "s3", 4: "s4"}
+    newest = sorted((orders / "_delta_log").glob("*.json"))[-1]
+    newest.unlink()  # lost commit (a restore from an older copy, a cleanup gone wrong)
+    assert rows(orders) == {1: "s1", 2: "s2", 3: "s3"}  # silently older
+    land(cfg.landing_path, "c.json", event(5))
+
+    with pytest.raises(TableRolledBack) as e:
+        run_pipeline(cfg, spark=spark, run_id="r3")
+    msg = str(e.value)
+    assert "'orders'" in msg and str(orders) in msg and "customers" not in msg, msg
+    assert "--full-refresh --tables orders" in msg, msg
+    r = _cli(cfg.file)
+    assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(orders) in r.stderr, r.stderr
+
+    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    s = run_pipeline(cfg, spark=spark, run_id="r4")
+    assert s["status"] == "succeeded"
+    assert rows(orders) == {1: "s1", 2: "paid", 3: "s3", 4: "s4", 5: "s5"}
     assert rows(cfg.tables["customers"].path) == {9: "s9"}
 
 

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
-from cdc_lake.cdc.state import check_state, record_tables
+from cdc_lake.cdc.state import check_state, record_tables, record_versions
 from cdc_lake.checkpoint import instance_id
 from cdc_lake.cdc.backlog import backlog, check_landed_files_unchanged, nothing_new
 from cdc_lake.checkpoint_log import PipelineStateError
@@ -126,6 +126,7 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
                            progress, full_refresh, selected)
         if not full_refresh:
             record_tables(cfg)
+        record_versions(cfg)
         try:  # too much quarantined: the summary says failed_quarantine_threshold, then raise
             enforce_quarantine_limits(cfg.quarantine_limits, summary, cfg.quarantine_path)
         finally:

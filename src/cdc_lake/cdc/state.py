@@ -7,20 +7,29 @@
 * Each of those tables' Delta log, and the quarantine's and DDL log's, can be read (a truncated
   or garbled log file would otherwise fail the run deep inside a micro-batch with a Spark stack
   trace).
+* None of those tables is at a lower Delta version than the last run left it at
+  (``<checkpoint>/cdc_table_versions.json``): the newest commit files of its log were removed, so
+  the changes they held are gone while the checkpoint counts them as written (seen: the last
+  batch's updates silently lost, exit 0).
 
 Both raise a :class:`~cdc_lake.checkpoint_log.PipelineStateError` that names the file or table
 and the recovery command; the CLI exits 3 (no retry helps). After a successful check and after
-every run the tables that exist are recorded in ``<checkpoint>/cdc_tables.json``.
+every run the tables that exist are recorded in ``<checkpoint>/cdc_tables.json`` and their
+versions in ``<checkpoint>/cdc_table_versions.json`` (:func:`record_versions`).
 
 Example::
 
     check_state(cfg)            # before the fast path and before Spark starts
     ...                         # the run
     record_tables(cfg)          # under the lock, after the run
+    record_versions(cfg)        # after every run, a full refresh too
 """
 
 from __future__ import annotations
 
+import json
+import os
+import uuid
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -48,6 +57,19 @@ class TableDamaged(PipelineStateError):
         super().__init__(f"{detail}; no run can read or write it. Recovery: {recovery}")
 
 
+class TableRolledBack(PipelineStateError):
+    """A Delta table the checkpoint has written is at a lower version than a run left it at."""
+
+    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
+        self.tables = tables
+        super().__init__(f"{detail}; the changes those commits held are gone while the checkpoint "
+                         f"counts them as written, so this run stops instead of building on them. "
+                         f"Recovery: {recovery}")
+
+
+VERSIONS_FILE = "cdc_table_versions.json"
+
+
 def _job_cmd(cfg: PipelineConfig, *extra: str) -> str:
     return " ".join(["spark-submit", "spark_jobs/cdc_ingest.py", "--pipeline", str(cfg.file), *extra])
 
@@ -72,13 +94,18 @@ def _exists(path: Path) -> bool:
 
 def _unreadable(path: Path) -> str | None:
     """Why the Delta table at ``path`` cannot be loaded (its log replayed), else None."""
+    return _load(path)[0]
+
+
+def _load(path: Path) -> tuple[str | None, int | None]:
+    """``(why the table cannot be loaded, None)`` or ``(None, its version)``."""
     try:
-        DeltaTable(str(path))
+        version = DeltaTable(str(path)).version()
     except OSError:
         raise  # the storage, not the table (may be transient): an ordinary failure, retried
     except Exception as e:  # noqa: BLE001 - DeltaError (log JSON/parquet/protocol) and kin
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-    return None
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", None
+    return None, version
 
 
 def check_state(cfg: PipelineConfig) -> None:
@@ -88,8 +115,10 @@ def check_state(cfg: PipelineConfig) -> None:
               "or the checksum of a log file that was deleted", flush=True)
     validate_checkpoint(cfg.checkpoint_path, recovery=reset_command(cfg))
     written = written_tables(cfg.checkpoint_path)
+    left_at = _recorded_versions(cfg.checkpoint_path)
     missing: dict[str, str] = {}
     damaged: list[tuple[str, Path, str]] = []  # (table, path of the table or its tombstones, why)
+    rolled_back: list[tuple[str, Path, int, int]] = []  # (table, path, version now, recorded)
     for kind, recorded in written.items():
         for name, old_path in recorded.items():
             if name not in cfg.tables:
@@ -99,14 +128,28 @@ def check_state(cfg: PipelineConfig) -> None:
                 where = str(path) if str(path) == old_path else f"{path} (it was written at {old_path})"
                 missing.setdefault(name, f"{'table' if kind == 'tables' else 'tombstone table'} "
                                          f"{name!r}: no Delta table at {where}")
-            elif (problem := _unreadable(path)) is not None:
+                continue
+            problem, version = _load(path)
+            if problem is not None:
                 damaged.append((name, path, problem))
+            elif (last := left_at.get(str(path))) is not None and version is not None and version < last:
+                rolled_back.append((name, path, version, last))
     if missing:
         detail = (f"pipeline {cfg.name!r}: checkpoint {cfg.checkpoint_path} has written "
                   + "; ".join(missing[n] for n in sorted(missing)))
         raise TableMissing(sorted(missing), detail, refresh_command(cfg, sorted(missing)))
     if damaged:
         _raise_damaged(cfg, damaged)
+    if rolled_back:
+        names = sorted({n for n, _, _, _ in rolled_back})
+        detail = f"pipeline {cfg.name!r}: " + "; ".join(
+            f"the Delta table of {n!r} at {path} is at version {now}, but a run of this checkpoint "
+            f"left it at version {last} (the newest commit files of its _delta_log were removed "
+            f"or the table was replaced by an older copy)"
+            for n, path, now, last in rolled_back)
+        raise TableRolledBack(names, detail, (
+            f"put the missing _delta_log commit files back if you have them; else "
+            f"{refresh_command(cfg, names)}"))
     _check_side_tables(cfg)
 
 
@@ -143,3 +186,36 @@ def record_tables(cfg: PipelineConfig) -> None:
     tombstones = {n: str(cfg.tombstone_path(n)) for n in cfg.tables if _exists(cfg.tombstone_path(n))}
     if tables or tombstones:
         record_written_tables(cfg.checkpoint_path, tables, tombstones)
+
+
+def _recorded_versions(checkpoint: Path) -> dict[str, int]:
+    """``table path -> Delta version`` a run of this checkpoint left it at (empty if unknown)."""
+    f = checkpoint / VERSIONS_FILE
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (ValueError, OSError):
+        return {}  # unreadable record (it is ours, not Spark's): no check rather than a false stop
+    versions = data.get("versions") if isinstance(data, dict) else None
+    return {p: v for p, v in (versions or {}).items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def record_versions(cfg: PipelineConfig) -> None:
+    """Record the Delta version of every configured table and tombstone table that exists now
+    (atomically), for :func:`check_state`'s rolled-back check. Call after every run under the
+    lock, a full refresh included (it may rebuild a moved-aside table at a lower version)."""
+    paths = [t.path for t in cfg.tables.values()] + [cfg.tombstone_path(n) for n in cfg.tables]
+    versions = dict(_recorded_versions(cfg.checkpoint_path))
+    for path in paths:
+        if _exists(path):
+            problem, version = _load(path)
+            if problem is None and version is not None:
+                versions[str(path)] = version
+    if not versions:
+        return
+    cfg.checkpoint_path.mkdir(parents=True, exist_ok=True)
+    f = cfg.checkpoint_path / VERSIONS_FILE
+    tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps({"versions": versions}, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, f)
