@@ -250,7 +250,8 @@ class BatchWriter:
                 rejected_parts.append(rows.select("_file", "_line", F.lit(plan).alias("reason"),
                                                   F.col("tbl").alias("source_table")))
                 continue
-            changes, rejected, cached = ch.typed_changes(rows, plan, self.run_id)
+            changes, rejected, cached = ch.typed_changes(rows, plan, self.run_id,
+                                                         ordinal=name in seen.ordinal_tables)
             rejected_parts.append(rejected.select("*", F.lit(name).alias("source_table")))
             work.append((plan, changes, existing[name]))
             self._cached.append(cached)

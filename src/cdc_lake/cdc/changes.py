@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.column_types import ColumnType, decode, raw_present, variant_path
+from cdc_lake.cdc.column_types import (ColumnType, decode, kind_checked, kind_exact, raw_present,
+                                       variant_path)
 from cdc_lake.cdc.widening import checked, exact
 from cdc_lake.cdc.events import finalize_order
 from cdc_lake.engines import MergeSpec
@@ -55,14 +56,18 @@ def _b(c: str) -> str:
     return f"__b_{c}"
 
 
-def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[DataFrame, DataFrame, DataFrame]:
+def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
+                  ordinal: bool = True) -> tuple[DataFrame, DataFrame, DataFrame]:
     """Return ``(changes, rejected, cached)`` for one table's events.
 
     ``changes`` has the table's columns plus :data:`META`; ``rejected`` has ``_file``, ``_line``,
     ``reason``. Both derive from ``cached`` (decoded once, persisted): unpersist it after the
-    batch's writes.
+    batch's writes. ``ordinal=False``: no row's ``seq`` holds the per-file ordinal placeholder
+    (the survey's ``ordinal_tables`` says so), so :func:`finalize_order` and its window are
+    skipped.
     """
-    events = finalize_order(events)  # formats ordering by line position (Canal): fill seq in
+    if ordinal:  # formats ordering by line position (Canal, Maxwell without xoffset): fill seq in
+        events = finalize_order(events)
     row, old = F.col("row"), F.col("old")
     after = {c: decode(row, c, ct) for c, ct in plan.columns.items()}
     staged = events.select(
@@ -85,7 +90,12 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
     needed = F.col("op") != "delete"
 
     def check_exact(c: str, ct: ColumnType) -> bool:  # never store a truncated/rounded value
-        return ct.decoder == "plain" and checked(ct.sql) and c not in plan.proven_exact
+        return (ct.decoder == "plain" and (checked(ct.sql) or kind_checked(ct.sql))
+                and c not in plan.proven_exact)
+
+    def is_exact(raw: Column, decoded: Column, ct: ColumnType) -> Column:
+        # numbers: compared as decimals; boolean/date/timestamp: no other value cast into them
+        return exact(raw, decoded) if checked(ct.sql) else kind_exact(raw, decoded, ct.sql)
 
     for c, ct in plan.columns.items():
         raw = F.try_variant_get(row, variant_path(c), "variant")
@@ -94,13 +104,13 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str) -> tuple[Data
                                F.concat(F.lit(f"column {c}: value "), F.to_json(raw),
                                         F.lit(f" is not a valid {ct.sql}"))))
         if check_exact(c, ct):
-            problems.append(F.when(matters & ~exact(raw, a[c]), F.concat(
+            problems.append(F.when(matters & ~is_exact(raw, a[c], ct), F.concat(
                 F.lit(f"table {plan.name} column {c}: value "), F.to_json(raw),
                 F.lit(f" does not fit column type {ct.sql} exactly (would be stored as "),
                 a[c].cast("string"), F.lit("); not stored changed"))))
     stored = {c: a[c] if c in plan.keys or not check_exact(c, ct)
-              else F.when(needed | exact(F.try_variant_get(row, variant_path(c), "variant"), a[c]),
-                          a[c]).alias(_a(c))
+              else F.when(needed | is_exact(F.try_variant_get(row, variant_path(c), "variant"),
+                                            a[c], ct), a[c]).alias(_a(c))
               for c, ct in plan.columns.items()}  # a delete's inexact non-key value: null
     staged = staged.select("_file", "_line", "op", "seq", "commit_ts",
                            *[stored[c] for c in plan.columns],

@@ -206,6 +206,70 @@ def decode(v: Column, column: str, ct: ColumnType) -> Column:
     return F.try_variant_get(v, p, ct.sql)
 
 
+# A date column takes a full date, nothing dropped (no time part): Spark's string -> date cast
+# would also take "2024-01-01 10:30:00" or "2024-01-01T..." (time dropped) and "2024" / "2024-05"
+# (day made up).
+_EXACT_DATE_RE = r"^\s*[+-]?\d{4,}-\d{1,2}-\d{1,2}\s*$"
+# A timestamp string with sub-microsecond digits that are not all zero (stored truncated to µs).
+_BEYOND_MICROS_RE = r":\d{2}[.,]\d{6}0*[1-9]"
+
+
+def kind_checked(sql: str) -> bool:
+    """Whether values decoded (plain decoder) into ``sql`` need :func:`kind_exact`: boolean,
+    date and timestamp columns (integers and decimals: ``widening.exact``)."""
+    return sql.strip().lower() in ("boolean", "date", "timestamp")
+
+
+def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
+    """True unless the stored ``decoded`` value would be a changed form of the source ``raw``
+    (variant) in a boolean, date or timestamp column (a null ``decoded``: true, the caller
+    quarantines it as not valid).
+
+    * ``boolean``: JSON ``true``/``false``, the strings ``"true"``/``"false"`` and the numbers
+      0 and 1 are exact; anything else Spark would cast (``2``, ``"yes"``, ``"t"``) is not.
+    * ``date``: a string holding a full date and nothing else (``"2024-01-01"``, surrounding
+      blanks allowed); ``"2024-01-01 10:30:00"``, ``"2024-01-01T00:00:00"``, ``"2024-05"`` and
+      non-strings are not.
+    * ``timestamp``: any value Spark parses except a string with non-zero digits beyond
+      microseconds (``"... 10:30:00.1234567"`` would be stored truncated). A date-only string is
+      midnight, an offset is converted to UTC: the same instant, exact.
+
+    Example::
+
+        kind_exact(raw, decoded, "boolean")  # F.lit(2) -> false (would be stored as true)
+    """
+    t = sql.strip().lower()
+    text = F.try_variant_get(raw, "$", "string")
+    if t == "boolean":
+        kind = F.schema_of_variant(raw)
+        ok = (F.when(kind == "BOOLEAN", F.lit(True))
+              .when(kind == "STRING", text.isin("true", "false"))
+              .otherwise(F.try_variant_get(raw, "$", "decimal(38,18)")
+                         == decoded.cast("int").cast("decimal(38,18)")))
+    elif t == "date":  # (a JSON number does not cast to a date: null, quarantined as not valid)
+        ok = (F.schema_of_variant(raw) == "STRING") & text.rlike(_EXACT_DATE_RE)
+    elif t == "timestamp":  # cheap first: only strings longer than "...:SS.ffffff" can lose digits
+        ok = ~(F.length(text) > 26) | ~text.rlike(_BEYOND_MICROS_RE)
+    else:
+        return F.lit(True)
+    return F.when(decoded.isNull(), F.lit(True)).otherwise(F.coalesce(ok, F.lit(False)))
+
+
+def kind_proven(obs: ObservedColumn, sql: str) -> bool:
+    """Whether the batch's survey already proves :func:`kind_exact` for every value of the
+    column (so the per-value check is skipped, like ``widening.proven_exact``): a boolean column
+    whose values are all JSON booleans (``BOOLEAN``); a date column whose values all look like
+    ``YYYY-MM-DD`` (the survey's ``all_dates``); a column with only nulls (``VOID``)."""
+    v, t = obs.variant_type.strip().upper(), sql.strip().lower()
+    if v == "VOID":
+        return True
+    if t == "boolean":
+        return v == "BOOLEAN"
+    if t == "date":
+        return v == "STRING" and obs.all_dates
+    return False
+
+
 _TIME_UNITS = {"time_ms": 1000, "time_us": 1, "time_ns": -1000}  # factor to microseconds
 
 

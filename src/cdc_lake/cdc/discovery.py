@@ -28,8 +28,9 @@ from pyspark.sql.types import StructType
 
 from cdc_lake.cdc import changes as ch
 from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
-                                       parse_object_schema, resolve, variant_path)
+                                       kind_proven, parse_object_schema, resolve, variant_path)
 from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.cdc.events import ORDINAL
 from cdc_lake.cdc.widening import proven_exact, widen
 
 UNKNOWN = "__unknown__"
@@ -39,7 +40,8 @@ UNSELECTED = "__unselected__"
 
 @dataclass(frozen=True)
 class Survey:
-    """The survey's rows (``_kind, _target, ok, n, vtype, pk``) and what they add up to."""
+    """The survey's rows (``_kind, _target, ok, n, vtype, pk, ordinal``) and what they add up
+    to."""
 
     rows: list[Any]
     selected: frozenset[str]
@@ -94,6 +96,14 @@ class Survey:
                        and r._target in self.selected
                        and r.vtype is not None and not r.vtype.startswith("OBJECT<")})
 
+    @property
+    def ordinal_tables(self) -> frozenset[str]:
+        """Tables with usable row events whose ``seq`` waits for its per-file ordinal
+        (:data:`cdc_lake.cdc.events.ORDINAL`: Canal, Maxwell without ``xoffset``): only these
+        need :func:`cdc_lake.cdc.events.finalize_order` (a window over the table's rows)."""
+        return frozenset(r._target for r in self.rows if r._kind == "row" and r.ok
+                         and getattr(r, "ordinal", None))
+
     def variant_types(self, name: str) -> dict[str, str]:
         return next((parse_object_schema(r.vtype) for r in self.rows
                      if r._kind == "row" and r.ok and r._target == name), {})
@@ -118,14 +128,17 @@ def route(cfg: PipelineConfig, selected: set[str]) -> Column:
 
 
 def survey(ev: DataFrame, selected: set[str]) -> Survey:
-    """One pass over the batch (one Spark job): counts per kind/target and each table's merged
-    variant schema and primary key."""
+    """One pass over the batch (one Spark job): counts per kind/target, each table's merged
+    variant schema and primary key, and whether any usable row's ``seq`` holds the
+    :data:`~cdc_lake.cdc.events.ORDINAL` placeholder (:attr:`Survey.ordinal_tables`)."""
     usable = (F.col("_kind") == "row") & F.col("_error").isNull()
     rows = (ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok"))
             .agg(F.count(F.lit(1)).alias("n"),
                  F.expr("schema_of_variant_agg(CASE WHEN _kind = 'row' AND _error IS NULL "
                         "THEN row END)").alias("vtype"),
-                 F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"))
+                 F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"),
+                 F.coalesce(F.max(F.when(usable, F.col("seq").contains(ORDINAL))),
+                            F.lit(False)).alias("ordinal"))
             .collect())
     return Survey(rows, frozenset(selected))
 
@@ -230,7 +243,8 @@ def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColum
     # (only columns the survey typed: with a row image that is not an object in the batch the
     # merged schema is VARIANT and no column is typed)
     proven = frozenset(c for c, ct in columns.items() if ct.decoder == "plain" and c in observed
-                       and proven_exact(observed[c].variant_type, ct.sql))
+                       and (proven_exact(observed[c].variant_type, ct.sql)
+                            or kind_proven(observed[c], ct.sql)))
     return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd, widen=widened,
                         proven_exact=proven)
 

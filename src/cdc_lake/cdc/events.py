@@ -24,10 +24,12 @@ ddl_sql        string               DDL statement text
 =============  ===================  ======================================================
 
 Optional column :data:`ORDER_COLUMN` (``_pos``, string): a parser whose format cannot order
-two changes from the line alone (Canal: messages of one client batch share ``id`` and ``es``)
-writes the line's read position there and puts :data:`ORDINAL` in ``seq`` where the message's
-ordinal among same-prefix messages of its file goes; :func:`finalize_order` fills it in per
-micro-batch (a window: not possible on the stream itself). Formats without it pay nothing.
+two changes from the line alone (Canal: messages of one client batch share ``id`` and ``es``;
+Maxwell without ``xoffset``: rows of one transaction share ``ts``/``xid`` or position) writes the
+line's read position there and puts :data:`ORDINAL` in ``seq`` where the message's ordinal among
+same-prefix messages of its file goes; :func:`finalize_order` fills it in per micro-batch (a
+window: not possible on the stream itself). The batch survey reports which tables have such rows
+(``discovery.Survey.ordinal_tables``); only those pay the window.
 
 Lines that do not parse get a reason from :func:`json_failure` that tells parser limits from
 malformed JSON.
@@ -136,9 +138,13 @@ def finalize_order(df: DataFrame) -> DataFrame:
     format does not write :data:`ORDER_COLUMN`. Must run on the micro-batch before any shuffle
     (only filters/projections since the file scan), so rows are still in file order.
 
+    Callers skip it for tables whose rows hold no :data:`ORDINAL` (the survey says which:
+    ``discovery.Survey.ordinal_tables``): it adds two windows (shuffles) over the rows.
+
     Example::
 
         events = finalize_order(batch_events)  # Canal: 'es.id.#.row' -> 'es.id.00000002.row'
+        # Maxwell without xoffset: 'V.0.<ts>.<xid>.00#' -> 'V.0.<ts>.<xid>.0000000003'
     """
     if ORDER_COLUMN not in df.columns:
         return df

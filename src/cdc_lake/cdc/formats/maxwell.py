@@ -5,6 +5,12 @@ by (binlog file, offset, ``xoffset``). ``position`` is optional (``output_binlog
 is typically switched on mid-history: everything written before the switch sorts before
 everything after it, and positioned rows keep their exact binlog order. (Switching positions
 *off* again is not supported: later rows without a position would sort first.)
+Old Maxwell versions write no ``xoffset`` at all (only the transaction's last row says
+``"commit": true``): such a row's ``xoffset`` slot is its ordinal among the table's lines of its
+landing file with the same (``ts``, ``xid``) or position, i.e. its place in the transaction,
+filled in per micro-batch by :func:`cdc_lake.cdc.events.finalize_order` (``"00"`` + 8 digits,
+so it sorts like a padded ``xoffset``; the commit row keeps ``9999999999``, the last place).
+Rows with ``xoffset`` (current Maxwell) keep their order keys and do not pay that window.
 ``data`` is the full row (the deleted row for deletes); ``old`` holds previous values
 of changed columns only, so a primary-key change shows up as an ``update`` whose ``old`` carries
 the old key. DDL types (``table-alter``...) go to the DDL log; ``bootstrap-start``/``-complete``
@@ -16,8 +22,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import (binlog_file_number, json_failure, pad, parse_line,
-                                 select_normalized, vget)
+from cdc_lake.cdc.events import (ORDER_COLUMN, ORDINAL, binlog_file_number, json_failure,
+                                 line_position, pad, parse_line, select_normalized, vget)
 
 _OPS = {"insert": "insert", "update": "update", "delete": "delete", "bootstrap-insert": "snapshot"}
 _MARKERS = ("bootstrap-start", "bootstrap-complete")
@@ -28,15 +34,17 @@ def parse(lines: DataFrame) -> DataFrame:
     # refer to those (Spark keeps the projections apart instead of re-evaluating the reads in
     # every CASE branch that uses them: about 2x faster on the parse than one big projection).
     v = parse_line(F.col("_line"))
-    df = lines.select("_file", "_line", v.alias("v")).select(
-        "_file", "_line", "v", F.col("v").isNull().alias("bad"),
+    # (the line's read position is taken on the file scan: finalize_order needs it)
+    df = lines.select("_file", "_line", line_position().alias(ORDER_COLUMN), v.alias("v")).select(
+        "_file", "_line", ORDER_COLUMN, "v", F.col("v").isNull().alias("bad"),
         vget(F.col("v"), "$.type", "string").alias("typ"),
         vget(F.col("v"), "$.position", "string").alias("position"),
         vget(F.col("v"), "$.ts", "bigint").alias("ts"),
         # Maxwell omits xoffset on a transaction's commit row: it is the transaction's last row.
+        # (null: no xoffset and no commit flag; see `slot` below)
         F.coalesce(vget(F.col("v"), "$.xoffset", "bigint"),
-                   F.when(vget(F.col("v"), "$.commit", "boolean"), F.lit(9_999_999_999)),
-                   F.lit(0)).alias("xoffset"),
+                   F.when(vget(F.col("v"), "$.commit", "boolean"), F.lit(9_999_999_999))
+                   ).alias("xoffset"),
         vget(F.col("v"), "$.xid", "bigint").alias("xid"),
         vget(F.col("v"), "$.data").alias("data"),
         vget(F.col("v"), "$.old").alias("old"),
@@ -50,15 +58,21 @@ def parse(lines: DataFrame) -> DataFrame:
     pos_file = F.regexp_extract("position", r"^(.*):(\d+)$", 1)
     pos_off = F.regexp_extract("position", r"^(.*):(\d+)$", 2)
     ts, xoffset = F.col("ts"), F.col("xoffset")
-    # 'V' marks this layout: older layouts began with 'P'/'T' and sort before it.
-    seq = (F.when(pos_off != "", F.concat_ws(".", F.lit("V.1"), pad(binlog_file_number(pos_file), 10),
-                                              pad(pos_off, 20), pad(xoffset, 10)))
-           .when(ts.isNotNull(), F.concat_ws(".", F.lit("V.0"), pad(ts, 12),
-                                             pad(F.coalesce(F.col("xid"), F.lit(0)), 20),
-                                             pad(xoffset, 10))))
     is_ddl = typ.contains("-") & ~typ.startswith("bootstrap")
     kind = (F.when(F.col("bad"), "row").when(typ.isin(*_MARKERS), "skip")
             .when(is_ddl, "ddl").otherwise("row"))
+    # The xoffset slot (10 characters): the padded xoffset; for a row event without one (old
+    # Maxwell: every row of a transaction shares ts/xid or position) "00" + the placeholder of
+    # its ordinal among the same-prefix lines of its file (finalize_order). DDL and marker lines
+    # keep 0 (no placeholder reaches the DDL log).
+    slot = (F.when(xoffset.isNotNull(), pad(xoffset, 10))
+            .when(kind == "row", F.lit("00" + ORDINAL))
+            .otherwise(pad(F.lit(0), 10)))
+    # 'V' marks this layout: older layouts began with 'P'/'T' and sort before it.
+    seq = (F.when(pos_off != "", F.concat_ws(".", F.lit("V.1"), pad(binlog_file_number(pos_file), 10),
+                                              pad(pos_off, 20), slot))
+           .when(ts.isNotNull(), F.concat_ws(".", F.lit("V.0"), pad(ts, 12),
+                                             pad(F.coalesce(F.col("xid"), F.lit(0)), 20), slot)))
     df = df.select("*", op.alias("op"), seq.alias("seq"), kind.alias("_kind"))
     data = F.col("data")
     error = (F.when(F.col("bad"), json_failure(F.col("_line")))
@@ -73,4 +87,7 @@ def parse(lines: DataFrame) -> DataFrame:
         "_file", "_line", error.alias("_error"), "_kind", "db", "tbl", "op", "seq",
         F.timestamp_seconds(ts).alias("commit_ts"), data.alias("row"), "old", "pk_names",
         F.lit(None).cast("map<string,string>").alias("type_hints"),
-        F.when(F.col("_kind") != "row", typ).alias("ddl_type"), "ddl_sql"))
+        F.when(F.col("_kind") != "row", typ).alias("ddl_type"), "ddl_sql",
+        # only rows waiting for an ordinal need their position (keeps the batch cache small)
+        F.when(F.col("seq").contains(ORDINAL), F.col(ORDER_COLUMN)).alias(ORDER_COLUMN)),
+        ordered=True)
