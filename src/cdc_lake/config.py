@@ -44,6 +44,12 @@ TYPE_RE = re.compile(
     re.IGNORECASE,
 )
 DEFAULT_DELTA_PACKAGES = "io.delta:delta-spark_2.13:4.4.1"
+# Spark's file source forgets (and then ignores) files whose mtime is older than the newest seen
+# file minus maxFileAge (default 7 days): a late-landed file with an old mtime would be skipped
+# silently — and an archive unpacked without timestamps gives mtime 0 (1970). A thousand years:
+# never, for any real clock. Every file stream of the product sets it (CDC landing, enrichment
+# events).
+FILE_SOURCE_MAX_AGE = "365000d"
 
 
 # JVM options of the driver, read by spark-submit's launcher before the driver JVM starts, so they

@@ -33,7 +33,7 @@ from cdc_lake.checkpoint import instance_id
 from cdc_lake.cdc.backlog import backlog, check_landed_files_unchanged, nothing_new
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import ConfigError, class_archive, driver_jit
+from cdc_lake.config import FILE_SOURCE_MAX_AGE, ConfigError, class_archive, driver_jit
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
 from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
@@ -43,11 +43,7 @@ from cdc_lake.spark_session import build_session, driver_java_options
 from cdc_lake.summary import SUMMARY_PREFIX, record_summary
 
 __all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
-# Spark's file source forgets (and then ignores) files whose mtime is older than the newest seen
-# file minus maxFileAge (default 7 days): a late-landed file with an old mtime would be skipped
-# silently — and an archive unpacked without timestamps gives mtime 0 (1970). A thousand years:
-# never, for any real clock.
-MAX_FILE_AGE = "365000d"
+MAX_FILE_AGE = FILE_SOURCE_MAX_AGE  # (see cdc_lake.config)
 
 
 def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None) -> DataFrame:

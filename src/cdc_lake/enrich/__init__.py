@@ -4,5 +4,6 @@ Delta tables exactly once per micro-batch. See docs/enrichment.md.
 
 Modules: :mod:`config` (YAML), :mod:`joins` (SCD1 / SCD2 as-of), :mod:`pending` (late members),
 :mod:`aggregate` (signed deltas), :mod:`plan` (replay-stable batch inputs), :mod:`writer`
-(foreachBatch), :mod:`job` (:func:`cdc_lake.enrich.job.run_enrich`).
+(foreachBatch), :mod:`state` (own tables' versions, aggregate definitions, reset safety),
+:mod:`job` (:func:`cdc_lake.enrich.job.run_enrich`).
 """

@@ -286,6 +286,41 @@ def _aggregates(o: Reader, root: Path) -> tuple[AggregateConfig, ...]:
     return tuple(out)
 
 
+def _overlap(a: Path, b: Path) -> str | None:
+    """How two resolved paths overlap: 'is', 'lies inside', 'contains', or None (disjoint)."""
+    if a == b:
+        return "is"
+    if b in a.parents:
+        return "lies inside"
+    if a in b.parents:
+        return "contains"
+    return None
+
+
+def check_disjoint_paths(file: Path, owned: list[tuple[str, Path]],
+                         inputs: list[tuple[str, Path]]) -> None:
+    """Every path the job writes (and ``--reprocess`` deletes) must be disjoint from every input
+    table and from every other path it writes: not equal, not inside, not containing (compared
+    after resolving symlinks, ``..`` and trailing slashes). Otherwise ``--reprocess`` would delete
+    upstream tables or another output (seen: ``storage.checkpoint`` = the folder holding the fact
+    table deleted the fact and dimension tables)."""
+    resolved = [(k, p, Path(p).resolve()) for k, p in owned]
+    ins = [(k, p, Path(p).resolve()) for k, p in inputs]
+    for i, (key, path, rp) in enumerate(resolved):
+        for other_key, other, ro in ins + resolved[i + 1:]:
+            how = _overlap(rp, ro)
+            if how is None:
+                continue
+            what = ("the input table" if (other_key, other, ro) in ins
+                    else "the path the job also writes as")
+            raise ConfigError(file, key, (
+                f"{path} {how} {what} {other_key} ({other}"
+                + (f", resolved {ro}" if ro != Path(other) or rp != Path(path) else "") + "); "
+                f"the job writes {key} (and `--reprocess` deletes the checkpoint and the output "
+                f"tables), so it must be a folder of its own that neither holds nor lies inside "
+                f"{other_key}: give each output and the checkpoint its own path"))
+
+
 def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
     """Validate the mapping of a ``kind: enrich`` YAML (called by :func:`cdc_lake.config.load_pipeline`)."""
     r = Reader(file, raw)
@@ -319,9 +354,15 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
                       quarantine=o.path("quarantine", default=root / "_quarantine"),  # type: ignore[arg-type, operator]
                       manifest=o.path("manifest", default=root / "_manifests" / name),  # type: ignore[arg-type, operator]
                       aggregates=aggs)
-    paths = [outputs.enriched, outputs.pending, outputs.manifest] + [a.path for a in aggs]
-    if len(set(paths)) != len(paths) or set(paths) & set(d.table for d in dims):
-        raise r.fail("outputs", "two outputs share one path, or an output is also an input")
+    checkpoint = storage.path("checkpoint", default=root / "_checkpoints" / name)  # type: ignore[operator]
+    owned = [("storage.checkpoint", checkpoint), ("outputs.enriched", outputs.enriched),
+             ("outputs.pending", outputs.pending), ("outputs.quarantine", outputs.quarantine),
+             ("outputs.manifest", outputs.manifest)]
+    owned += [(f"outputs.aggregates.{a.name}.path", a.path) for a in aggs]
+    inputs = [("fact.change_feed", fact.change_feed) if fact.change_feed is not None
+              else ("fact.events.path", fact.events.path)]  # type: ignore[union-attr]
+    inputs += [(f"dimensions.{d.name}.table", d.table) for d in dims]
+    check_disjoint_paths(file, owned, inputs)  # type: ignore[arg-type]
     runtime = parse_runtime(r)
     return EnrichConfig(
         file=file, name=name,
@@ -334,7 +375,7 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
         trigger=r.choice("trigger", TRIGGERS, default="available_now"),  # type: ignore[arg-type]
         fact=fact, dimensions=dims, event_time=event_time, late_wait=late_wait, outputs=outputs,
         lake_root=root,  # type: ignore[arg-type]
-        checkpoint_path=storage.path("checkpoint", default=root / "_checkpoints" / name),  # type: ignore[arg-type, operator]
+        checkpoint_path=checkpoint,  # type: ignore[arg-type]
         runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type, operator]
         **runtime,
     )

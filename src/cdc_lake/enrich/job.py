@@ -29,8 +29,11 @@ from pyspark.sql import functions as F
 
 from cdc_lake.checkpoint import instance_id
 from cdc_lake.checkpoint_log import remove_unfinished_writes
+from cdc_lake.config import FILE_SOURCE_MAX_AGE
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
+                                   check_tables, record_definitions, recovery_command)
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
@@ -39,15 +42,14 @@ from cdc_lake.summary import record_summary
 
 START_FILE = "enrich_start.json"
 REPROCESS_MARK = "enrich_reprocess.json"
-MAX_FILE_AGE = "3650d"
+MAX_FILE_AGE = FILE_SOURCE_MAX_AGE  # (see cdc_lake.config)
 
 
-class EnrichNeedsReprocess(RuntimeError):
-    """The change feed cannot be followed (upstream rewritten, history removed): exit 3."""
+__all__ = ["EnrichNeedsReprocess", "run_enrich", "fact_stream"]
 
 
 def _recovery(cfg: EnrichConfig) -> str:
-    return f"spark-submit spark_jobs/enrich.py --pipeline {cfg.file} --reprocess"
+    return recovery_command(cfg)
 
 
 def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine) -> DataFrame:
@@ -81,7 +83,10 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
 
     Raises:
         PipelineLocked: another run holds this pipeline's lock (exit 75).
-        EnrichNeedsReprocess: upstream rewritten or change feed gone (exit 3).
+        EnrichNeedsReprocess: upstream rewritten or change feed gone, or an own table lost
+            commits / was deleted behind the checkpoint (exit 3).
+        ConfigError: an aggregate is new or changed on a running pipeline; ``--reprocess``
+            would delete something the job does not own (exit 2).
     """
     run_id = safe_run_id(run_id or datetime.now(timezone.utc).strftime("run_%Y%m%dT%H%M%S_")
                          + uuid.uuid4().hex[:6])
@@ -100,6 +105,9 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                 raise EnrichNeedsReprocess(
                     f"pipeline {cfg.name}: an earlier --reprocess did not finish; run it again: "
                     f"{_recovery(cfg)}")
+            else:
+                check_definitions(cfg)  # aggregate new or changed: exit 2
+                check_tables(cfg)       # own tables lost commits / deleted: exit 3
             if reprocess:
                 _bootstrap(spark, cfg, engine, run_id, stats)
             progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook)
@@ -121,7 +129,8 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
 def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,
                 stats: EnrichStats, hook: Callable[[int], None] | None) -> list[dict[str, Any]]:
     for f in remove_unfinished_writes(cfg.checkpoint_path):
-        print(f"[enrich] removed {f}: a checkpoint log write a killed run never finished", flush=True)
+        print(f"[enrich] removed {f}: left by a checkpoint log write a killed run never finished, "
+              "or the checksum of a log file that was deleted", flush=True)
     writer = EnrichBatch(cfg, engine, instance=instance_id(cfg.checkpoint_path), run_id=run_id,
                          stats=stats, hook=hook)
     errors: list[BaseException] = []
@@ -213,17 +222,23 @@ def _raise_unavailable(cfg: EnrichConfig, e: BaseException) -> None:
 
 
 def _reset(cfg: EnrichConfig, engine: Engine) -> None:
-    """Drop this pipeline's checkpoint (keeping the lock file) and output tables."""
+    """Drop this pipeline's checkpoint (keeping the lock file) and output tables, after
+    checking that none of them holds anything the job does not own (:func:`check_reset`)."""
     cp = cfg.checkpoint_path
+    o = cfg.outputs
+    owned = [("outputs.enriched", o.enriched), ("outputs.pending", o.pending),
+             ("outputs.manifest", o.manifest),
+             *[(f"outputs.aggregates.{a.name}.path", a.path) for a in o.aggregates]]
+    check_reset(cfg, owned)
     cp.mkdir(parents=True, exist_ok=True)
     (cp / REPROCESS_MARK).write_text(json.dumps({"started_at": time.time()}), encoding="utf-8")
     for child in cp.iterdir():
         if child.name in ("cdc.lock", REPROCESS_MARK):
             continue
         shutil.rmtree(child) if child.is_dir() else child.unlink()
-    o = cfg.outputs
-    for path in [o.enriched, o.pending, o.manifest, *[a.path for a in o.aggregates]]:
+    for _, path in owned:
         shutil.rmtree(path, ignore_errors=True)
+    record_definitions(cfg)
 
 
 def _bootstrap(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,

@@ -5,9 +5,13 @@ Spark replays the batch; the tables already written are skipped (their Delta tra
 so) and the others must get exactly what the first attempt would have written. So everything
 a batch computes from is pinned in ``<checkpoint>/enrich_batches/<batch_id>.json`` before the
 first write: the batch start time (parking / wait decisions), the Delta version of each
-dimension, and the versions of the job's own enriched and pending tables it started from
-(the old aggregate contributions come from that enriched version). A replay reads exactly those
-versions (Delta time travel).
+dimension, the versions of the job's own enriched and pending tables it started from
+(the old aggregate contributions come from that enriched version), and the source offsets the
+batch covers (``source``: ``{"start": ..., "end": ...}`` as Spark logged them in
+``offsets/<batch_id - 1>`` and ``offsets/<batch_id>``). A replay reads exactly those versions
+(Delta time travel). A replay whose offsets differ from the pinned ones (Spark re-planned the
+batch id over another range, e.g. after a damaged offsets log file was removed) is refused by
+the writer (exit 3; its writes would be skipped by their transaction ids: changes lost).
 
 Example::
 
@@ -24,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame
 
@@ -38,16 +43,35 @@ class BatchPlan:
     batch_id: int
     started_at: datetime  # UTC
     versions: dict[str, int | None]  # "dim:<name>", "enriched", "pending" -> version or None
+    # {"start": offset | None, "end": offset} of the fact source; None: not known (a plan
+    # written before this was recorded, the --reprocess snapshot, offsets not readable)
+    source: dict[str, Any] | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"batch_id": self.batch_id, "started_at": self.started_at.isoformat(),
-                           "versions": self.versions}, sort_keys=True)
+        d: dict[str, Any] = {"batch_id": self.batch_id, "started_at": self.started_at.isoformat(),
+                             "versions": self.versions}
+        if self.source is not None:
+            d["source"] = self.source
+        return json.dumps(d, sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> BatchPlan:
         d = json.loads(text)
+        src = d.get("source")
         return BatchPlan(int(d["batch_id"]), datetime.fromisoformat(d["started_at"]),
-                         {str(k): (None if v is None else int(v)) for k, v in d["versions"].items()})
+                         {str(k): (None if v is None else int(v)) for k, v in d["versions"].items()},
+                         src if isinstance(src, dict) else None)
+
+
+def plan_file(checkpoint: Path, batch_id: int) -> Path:
+    return checkpoint / PLANS_DIR / f"{batch_id}.json"
+
+
+def source_mismatch(plan: BatchPlan, source: dict[str, Any] | None) -> bool:
+    """Whether a replayed batch covers other source offsets than the ones its plan pinned."""
+    if plan.source is None or source is None:
+        return False
+    return json.dumps(plan.source, sort_keys=True) != json.dumps(source, sort_keys=True)
 
 
 def load_or_create_plan(checkpoint: Path, batch_id: int,

@@ -17,6 +17,7 @@ Example (what the streaming query calls; tests call it on static DataFrames too)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -34,14 +35,16 @@ from pyspark.sql.types import (ArrayType, DataType, LongType, MapType, NullType,
 from pyspark.sql.window import Window
 
 from cdc_lake.cdc.batch_writer import CRASH_ENV, Phases, align
-from cdc_lake.checkpoint_log import batch_watermark_ms
+from cdc_lake.checkpoint_log import batch_source_offsets, batch_watermark_ms
 from cdc_lake.engines import Engine, MergeSpec, Txn, WriteResult
 from cdc_lake.engines.base import arrow_frame
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import pending as pd
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.joins import SCD2_COLUMNS, DimensionFrame, check_dimension, join_dimensions
-from cdc_lake.enrich.plan import BatchPlan, load_or_create_plan, now_utc, read_at
+from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_file, read_at,
+                                  source_mismatch)
+from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 
 CF_META = ("_change_type", "_commit_version", "_commit_timestamp")
 MANIFEST_SCHEMA = StructType([
@@ -110,12 +113,34 @@ class EnrichBatch:
         return Txn(f"enrich-{self.cfg.name}-{self.instance}-{table}", batch_id)
 
     # -- plan -------------------------------------------------------------------------------
-    def _new_plan(self, batch_id: int) -> BatchPlan:
+    def _new_plan(self, batch_id: int, source: dict[str, Any] | None) -> BatchPlan:
         v: dict[str, int | None] = {f"dim:{d.name}": self.engine.version(str(d.table))
                                     for d in self.cfg.dimensions}
         v["enriched"] = self.engine.version(str(self.cfg.outputs.enriched))
         v["pending"] = self.engine.version(str(self.cfg.outputs.pending))
-        return BatchPlan(batch_id, now_utc(), v)
+        return BatchPlan(batch_id, now_utc(), v, source)
+
+    def _source(self, batch_id: int) -> dict[str, Any] | None:
+        """The fact source offsets Spark logged for this batch (None: not a streaming batch of
+        this checkpoint, or not readable)."""
+        if self.plan_root != self.cfg.checkpoint_path:
+            return None
+        span = batch_source_offsets(self.cfg.checkpoint_path, batch_id)
+        return None if span is None else {"start": span[0], "end": span[1]}
+
+    def _check_replay(self, plan: BatchPlan, source: dict[str, Any] | None) -> None:
+        if not source_mismatch(plan, source):
+            return
+        assert plan.source is not None and source is not None
+        raise EnrichNeedsReprocess(
+            f"pipeline {self.cfg.name}: micro-batch {plan.batch_id} was planned in "
+            f"{plan_file(self.plan_root, plan.batch_id)} for the fact source offsets "
+            f"{json.dumps(plan.source['start'])} .. {json.dumps(plan.source['end'])}, but Spark "
+            f"now runs batch {plan.batch_id} over {json.dumps(source['start'])} .. "
+            f"{json.dumps(source['end'])} (its offsets log file was damaged or removed and the "
+            f"batch re-planned). The writes of this batch id were committed for the first range, "
+            f"so they would be skipped and the changes in between lost; nothing was written. "
+            f"Recovery: {recovery_command(self.cfg)}")
 
     def _dims(self, plan: BatchPlan) -> dict[str, DimensionFrame]:
         frames = {}
@@ -174,8 +199,11 @@ class EnrichBatch:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         crash_point("enrich:batch_start")
+        source = self._source(batch_id)
         plan, replayed = load_or_create_plan(self.plan_root, batch_id,
-                                             lambda: self._new_plan(batch_id))
+                                             lambda: self._new_plan(batch_id, source))
+        if replayed:
+            self._check_replay(plan, source)
         self.stats.replayed_batches += int(replayed)
         cached: list[DataFrame] = []
         try:
@@ -286,6 +314,7 @@ class EnrichBatch:
         sources = self.engine.compute({t: f for t, f in frames.items() if f is not None},
                                       rows=2 * (sum(counts.values()) + sum(fates.values())))
         phases.mark("compute")
+        versions: dict[str, int | None] = {}
         for table, path, _, spec in writes:
             if table == "manifest" and not n_bad:
                 crash_point("enrich:after:quarantine")  # (the kill point exists in every batch)
@@ -298,8 +327,11 @@ class EnrichBatch:
                 result = self.engine.merge(str(path), sources[table], spec, txn=txn)
             if table.startswith("aggregate:"):
                 self.stats.aggregate_rows_touched += result.inserted + result.updated + result.deleted
+            versions[table] = result.version
             self._done(table, result)
             phases.mark(table)
+        # what the next run checks its own tables against (enrich.state.check_tables)
+        record_versions(cfg, versions)
         print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}; "
               + ", ".join(phases.parts), flush=True)
 

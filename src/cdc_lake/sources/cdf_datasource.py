@@ -1,7 +1,16 @@
 """PySpark Python Data Source ``cdc_lake_change_feed``: a Delta table's change feed via delta-rs.
 
-Offsets are JSON ``{"version": n, "table_id": "<metaData.id>"}``: ``n`` is the last table
-version consumed (``-1`` = nothing yet, i.e. start at version 0). Each micro-batch reads whole
+Offsets are JSON ``{"version": n, "table_id": "<metaData.id>", "commit": "<fingerprint>"}``:
+``n`` is the last table version consumed (``-1`` = nothing yet, i.e. start at version 0),
+``commit`` the fingerprint of version ``n``'s commit file (:func:`~cdc_lake.sources.delta_log.
+fingerprint`), ``table_id`` the table id when the query first started (informational).
+
+**Re-created table** = the table's history no longer continues the versions already read: the
+commit of version ``n`` is now another commit (its fingerprint differs), or ``n`` is beyond the
+table's latest version. A changed ``metaData.id`` alone is not a re-creation: delta-rs 1.6
+writes a new id when a MERGE with schema evolution adds a column. Offsets written before the
+fingerprint existed fall back to the table id: a re-creation when no commit left in the log
+carries the old id. Each micro-batch reads whole
 versions ``start+1 .. end``; partitions are contiguous version ranges; ``read()`` runs in Python
 workers and yields Arrow record batches from ``DeltaTable.load_cdf``.
 
@@ -113,6 +122,7 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._target: int | None = None     # fixed end version under availableNow
         self._checked: dict[int, Commit] = {}  # driver-side validation cache
         self._cdf_after: tuple[int, bool] | None = None
+        self._continues: set[tuple[int, str | None]] = set()  # (version, fingerprint) verified
 
     # -- driver side -------------------------------------------------------------------------
     def _log(self) -> DeltaLog:
@@ -132,7 +142,35 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def initialOffset(self) -> dict:
         _, table_id = self._current()
         first = self.starting_version if self.starting_version is not None else 0
-        return {"version": first - 1, "table_id": table_id}
+        offset: dict[str, Any] = {"version": first - 1, "table_id": table_id}
+        if first > 0:
+            fp = self._log().commit_fingerprint(first - 1)
+            if fp is not None:
+                offset["commit"] = fp
+        return offset
+
+    def _check_continues(self, start: dict, first: int, last: int, table_id: str | None,
+                         log: DeltaLog) -> None:
+        """Raise when the table's history no longer continues version ``first - 1`` that this
+        reader already read (see the module doc: a re-created table)."""
+        n = first - 1
+        fp = start.get("commit") if isinstance(start, dict) else None
+        if (n, fp) in self._continues:
+            return
+        if isinstance(fp, str) and n >= 0:
+            now = log.commit_fingerprint(n)
+            # None: the log entry was cleaned up (log retention); nothing left to compare
+            if now is not None and now != fp:
+                raise log.unavailable(first, last, f"the table was re-created: version {n}, the "
+                                      f"last version this reader read, is now another commit "
+                                      f"(commit fingerprint {fp} is now {now})")
+        else:
+            want = start.get("table_id") if isinstance(start, dict) else None
+            if want is not None and want != table_id and not log.table_id_in_log(want):
+                raise log.unavailable(first, last, f"the table was re-created (table id {want} "
+                                      f"is now {table_id}, and no commit in its log carries "
+                                      f"{want})")
+        self._continues.add((n, fp if isinstance(fp, str) else None))
 
     def _start_version(self, offset: dict) -> int:
         v = offset.get("version") if isinstance(offset, dict) else None
@@ -146,14 +184,11 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """Check versions first..last (cached), raising ChangeFeedUnavailable."""
         latest, table_id = current if current is not None else self._current()
         log = self._log()
-        want = start.get("table_id") if isinstance(start, dict) else None
-        if want is not None and want != table_id:
-            raise log.unavailable(first, last, f"the table was re-created (table id {want} "
-                                  f"is now {table_id})")
         if first - 1 > latest:
             raise log.unavailable(first, last, f"the checkpoint offset (version {first - 1}) is "
                                   f"beyond the table's latest version {latest}: the table was "
                                   f"re-created or the checkpoint belongs to another table")
+        self._check_continues(start, first, last, table_id, log)
         todo = [v for v in range(first, last + 1) if v not in self._checked]
         if todo:
             lo, hi = todo[0], todo[-1]
@@ -161,7 +196,9 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 cdf_before = self._cdf_after[1]
             else:
                 cdf_before = log.cdf_enabled_at(lo - 1)
-            commits = log.check(lo, hi, table_id=want, cdf_enabled_before=cdf_before)
+            # table_id=None: a metaData.id change inside the range is a schema change (delta-rs
+            # writes a new id on MERGE schema evolution), not a re-creation (checked above)
+            commits = log.check(lo, hi, table_id=None, cdf_enabled_before=cdf_before)
             for c in commits:
                 self._checked[c.version] = c
             self._cdf_after = (hi, commits[-1].cdf)
@@ -200,7 +237,8 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 total += c.rows
                 last = c.version
             end = last
-        return {"version": end, "table_id": start.get("table_id") or table_id}
+        return {"version": end, "table_id": start.get("table_id") or table_id,
+                "commit": self._checked[end].fingerprint}
 
     def reportLatestOffset(self) -> dict | None:
         latest, table_id = self._current()

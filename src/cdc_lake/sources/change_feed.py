@@ -148,7 +148,8 @@ def read_batch_on_driver(spark: SparkSession, path: str, schema: StructType,
 
     reader = ChangeFeedStreamReader(path, schema, {"recovery": recovery})
     if start is None:
-        start = {"version": (starting_version or 0) - 1, "table_id": end.get("table_id")}
+        # batch 0: nothing was read before it (the stream checked its initial offset)
+        start = {"version": (starting_version or 0) - 1}
     data = reader.read_on_driver(start, end, max_rows=max_rows, max_bytes=max_bytes)
     # from Arrow: built in the JVM (a Python list would go through Python workers)
     return None if data is None else spark.createDataFrame(data, schema)

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -51,6 +52,14 @@ class Commit:
     cdf: bool            # change data feed enabled after this commit
     skip: bool = False   # a rewrite tagged SAME_ROWS: no row changes, not read
     bytes: int = 0       # size of the data files its change rows are read from
+    fingerprint: str = ""  # of the commit file's bytes (:func:`fingerprint`)
+
+
+def fingerprint(data: bytes) -> str:
+    """Identity of one commit: a hash of its ``_delta_log/<v>.json`` bytes. Commit files are
+    immutable, and every commit carries its own timestamp and new file names, so the version of
+    a re-created table has another fingerprint than the version it replaced."""
+    return hashlib.sha256(data).hexdigest()[:20]
 
 
 def _is_true(v: object) -> bool:
@@ -117,18 +126,48 @@ class DeltaLog:
     def unavailable(self, first: int | None, last: int | None, reason: str) -> ChangeFeedUnavailable:
         return ChangeFeedUnavailable(self.table, first, last, reason, self.recovery)
 
-    def _commit_actions(self, version: int, first: int, last: int) -> list[dict]:
+    def _commit_bytes(self, version: int) -> bytes | None:
+        """The commit file of ``version``; None when it does not exist (any more)."""
         path = f"{self.root}/_delta_log/{version:020d}.json"
         try:
             with self.fs.open_input_stream(path) as f:
-                text = f.read().decode("utf-8")
+                return f.read()
         except (FileNotFoundError, OSError) as exc:
             if isinstance(exc, FileNotFoundError) or "not found" in str(exc).lower() \
                     or "no such file" in str(exc).lower():
-                raise self.unavailable(first, last, f"the log entry of version {version} "
-                                       f"({path}) was removed (log retention / cleanup)") from None
+                return None
             raise
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def _commit_actions(self, version: int, first: int, last: int) -> tuple[list[dict], str]:
+        data = self._commit_bytes(version)
+        if data is None:
+            path = f"{self.root}/_delta_log/{version:020d}.json"
+            raise self.unavailable(first, last, f"the log entry of version {version} "
+                                   f"({path}) was removed (log retention / cleanup)")
+        text = data.decode("utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()], fingerprint(data)
+
+    def commit_fingerprint(self, version: int) -> str | None:
+        """:func:`fingerprint` of ``version``'s commit; None when its log entry is gone."""
+        data = self._commit_bytes(version)
+        return None if data is None else fingerprint(data)
+
+    def table_id_in_log(self, table_id: str) -> bool:
+        """Whether a commit file still in ``_delta_log`` carries a metaData action with
+        ``table_id`` (slow path for offsets written before fingerprints were recorded)."""
+        sel = pafs.FileSelector(f"{self.root}/_delta_log", allow_not_found=True)
+        needle = table_id.encode("utf-8")
+        for fi in self.fs.get_file_info(sel):
+            if not fi.base_name.endswith(".json") or not fi.base_name[:-5].isdigit():
+                continue
+            with self.fs.open_input_stream(fi.path) as f:
+                data = f.read()
+            if needle not in data:
+                continue
+            for line in data.decode("utf-8").splitlines():
+                if '"metaData"' in line and (json.loads(line).get("metaData") or {}).get("id") == table_id:
+                    return True
+        return False
 
     def check(self, first: int, last: int, *, table_id: str | None,
               cdf_enabled_before: bool) -> list[Commit]:
@@ -142,7 +181,7 @@ class DeltaLog:
         cdf = cdf_enabled_before
         needed: list[tuple[int, str]] = []
         for v in range(first, last + 1):
-            actions = self._commit_actions(v, first, last)
+            actions, fp = self._commit_actions(v, first, last)
             info: dict = {}
             adds: list[dict] = []
             removes: list[dict] = []
@@ -169,7 +208,7 @@ class DeltaLog:
             mode = str((info.get("operationParameters") or {}).get("mode", "")).lower()
             rewrite = (op in _REPLACE_OPERATIONS or (mode in _OVERWRITE_MODES and removes))
             if rewrite and not cdcs and _same_rows(info):
-                commits.append(Commit(v, op, 0, meta_id, cdf, skip=True))
+                commits.append(Commit(v, op, 0, meta_id, cdf, skip=True, fingerprint=fp))
                 continue
             if rewrite and not cdcs:
                 what = op + (f" ({mode})" if mode else "")
@@ -182,7 +221,7 @@ class DeltaLog:
             files = cdcs if cdcs else adds + removes
             needed.extend((v, f["path"]) for f in files)
             commits.append(Commit(v, op, estimate_rows(info, adds, removes), meta_id, cdf,
-                                  bytes=sum(_size(f) for f in files)))
+                                  bytes=sum(_size(f) for f in files), fingerprint=fp))
         self._check_files(needed, first, last)
         return commits
 

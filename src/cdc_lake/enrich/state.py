@@ -1,0 +1,260 @@
+"""The enrichment job's own stored state, checked before a run processes anything.
+
+* **Own tables behind the checkpoint** (:func:`check_tables`). After every micro-batch's writes
+  the Delta version of each state table (``enriched``, ``pending``, ``aggregate:<name>``) is
+  recorded in ``<checkpoint>/enrich_table_versions.json`` (atomically). Before a run, each
+  recorded table must still exist at its path, be readable and be at a version >= the recorded
+  one. Otherwise (the table deleted, its newest ``_delta_log`` commits removed, replaced by an
+  older copy) the checkpoint counts changes as written that the table no longer holds; going on
+  would give wrong aggregates forever (signed deltas withdraw what the enriched table says was
+  counted). The run stops with :class:`EnrichNeedsReprocess` (exit 3) naming the table and the
+  recovery ``--reprocess``. A checkpoint with committed batches but no record (written before
+  this check existed) is checked for the enriched and pending tables' existence only.
+* **Aggregate definitions** (:func:`check_definitions`). Each aggregate's definition (path,
+  group_by, time_bucket, sums, the event time a bucket reads) is recorded in
+  ``<checkpoint>/enrich_definitions.json``. An aggregate that is new or whose definition changed
+  on a pipeline that already committed batches would only count the facts processed from now on
+  (an incremental aggregate is never recomputed): :class:`~cdc_lake.config.ConfigError` (exit 2)
+  naming the aggregate and the fix (``--reprocess``). A removed aggregate is simply no longer
+  maintained (its table is left as it is).
+* **Reset** (:func:`owned_for_reset`): ``--reprocess`` removes only what the job owns; a path to
+  delete that holds a Delta table other than the output itself, or is a non-empty folder that is
+  not a Delta table, stops the reset before anything is deleted (ConfigError, exit 2).
+
+Example::
+
+    check_tables(cfg, recovery)         # before the stream starts (not under --reprocess)
+    check_definitions(cfg)              # ConfigError when an aggregate is new or changed
+    record_versions(cfg, {"enriched": 7, "pending": 3, "aggregate:rev": 5})   # per batch
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from cdc_lake.checkpoint_log import PipelineStateError, last_committed_batch
+from cdc_lake.config import ConfigError
+from cdc_lake.enrich.config import EnrichConfig
+
+VERSIONS_FILE = "enrich_table_versions.json"
+DEFINITIONS_FILE = "enrich_definitions.json"
+
+
+class EnrichNeedsReprocess(PipelineStateError):
+    """The change feed cannot be followed (upstream rewritten, history removed) or the job's own
+    stored state no longer matches its checkpoint: exit 3, recovery ``--reprocess``."""
+
+
+def recovery_command(cfg: EnrichConfig) -> str:
+    return f"spark-submit spark_jobs/enrich.py --pipeline {cfg.file} --reprocess"
+
+
+def state_tables(cfg: EnrichConfig) -> dict[str, Path]:
+    """The tables whose content the next batches build on (name as in txn ids -> path)."""
+    out = {"enriched": cfg.outputs.enriched, "pending": cfg.outputs.pending}
+    out.update({f"aggregate:{a.name}": a.path for a in cfg.outputs.aggregates})
+    return out
+
+
+def _write_json(f: Path, data: dict[str, Any]) -> None:
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, f)
+
+
+def _read_json(f: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):
+        return None  # our own record unreadable: no check rather than a false stop
+    return data if isinstance(data, dict) else None
+
+
+# -- own tables' versions -------------------------------------------------------------------
+def recorded_versions(checkpoint: Path) -> dict[str, dict[str, Any]]:
+    """``name -> {"path": str, "version": int}`` as the last batch left the tables."""
+    data = _read_json(checkpoint / VERSIONS_FILE) or {}
+    tables = data.get("tables")
+    if not isinstance(tables, dict):
+        return {}
+    return {n: e for n, e in tables.items() if isinstance(e, dict) and isinstance(e.get("path"), str)
+            and isinstance(e.get("version"), int) and not isinstance(e.get("version"), bool)}
+
+
+def record_versions(cfg: EnrichConfig, versions: dict[str, int | None]) -> None:
+    """Record the Delta version each state table is at after a batch's writes (atomically)."""
+    paths = state_tables(cfg)
+    tables = recorded_versions(cfg.checkpoint_path)
+    for name, v in versions.items():
+        if name in paths and v is not None:
+            tables[name] = {"path": str(paths[name]), "version": int(v)}
+    if tables:
+        _write_json(cfg.checkpoint_path / VERSIONS_FILE, {"tables": tables})
+
+
+def _load(path: Path) -> tuple[str | None, int | None]:
+    from deltalake import DeltaTable
+
+    try:
+        return None, DeltaTable(str(path)).version()
+    except OSError:
+        raise  # the storage, not the table (may be transient): an ordinary failure
+    except Exception as e:  # noqa: BLE001 - DeltaError (log JSON/parquet/protocol) and kin
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", None
+
+
+def _is_table(path: Path) -> bool:
+    from deltalake import DeltaTable
+
+    return DeltaTable.is_deltatable(str(path))
+
+
+def has_committed(cfg: EnrichConfig) -> bool:
+    """Whether this checkpoint has written anything: a batch Spark committed, or a recorded
+    table version (a ``--reprocess`` snapshot is written before any Spark batch)."""
+    return (last_committed_batch(cfg.checkpoint_path) is not None
+            or bool(recorded_versions(cfg.checkpoint_path)))
+
+
+def check_tables(cfg: EnrichConfig) -> None:
+    """Raise :class:`EnrichNeedsReprocess` when an own state table is gone, unreadable or at a
+    lower version than the last batch left it at (see the module doc)."""
+    recorded = recorded_versions(cfg.checkpoint_path)
+    committed = last_committed_batch(cfg.checkpoint_path) is not None
+    problems: list[str] = []
+    for name, path in state_tables(cfg).items():
+        entry = recorded.get(name)
+        if entry is None:
+            if committed and not recorded and name in ("enriched", "pending") \
+                    and not _is_table(path):
+                problems.append(f"the {name} table: no Delta table at {path}, but checkpoint "
+                                f"{cfg.checkpoint_path} has committed batches")
+            continue
+        last = entry["version"]
+        if entry["path"] != str(path):
+            if _is_table(path) and not _is_table(Path(entry["path"])):
+                continue  # moved by hand with its log: the check below runs at the new path
+            problems.append(f"the {name} table is configured at {path}, but the checkpoint's "
+                            f"batches wrote it at {entry['path']} (version {last})")
+            continue
+        if not _is_table(path):
+            problems.append(f"the {name} table: no Delta table at {path} any more (a batch of "
+                            f"this checkpoint left it at version {last}; deleted or moved?)")
+            continue
+        why, version = _load(path)
+        if why is not None:
+            problems.append(f"the {name} table at {path}: its Delta log cannot be read ({why})")
+        elif version is not None and version < last:
+            problems.append(f"the {name} table at {path} is at Delta version {version}, but a "
+                            f"batch of this checkpoint left it at version {last} (the newest "
+                            f"_delta_log commit files were removed, or the table was replaced by "
+                            f"an older copy)")
+    if problems:
+        raise EnrichNeedsReprocess(
+            f"pipeline {cfg.name}: " + "; ".join(problems) + ". The checkpoint counts those "
+            "changes as written while the table no longer holds them, so this run stops instead "
+            "of building on them (aggregates would stay wrong). Nothing was written. Recovery: "
+            f"put the missing files back if you have them, else rebuild: {recovery_command(cfg)}")
+
+
+# -- aggregate definitions ------------------------------------------------------------------
+def definitions(cfg: EnrichConfig) -> dict[str, dict[str, Any]]:
+    """What defines each aggregate's content: a change to any of it changes every group."""
+    out = {}
+    for a in cfg.outputs.aggregates:
+        out[a.name] = {"path": str(a.path), "group_by": list(a.group_by),
+                       "time_bucket": a.time_bucket, "sums": [list(s) for s in a.sums],
+                       "event_time": cfg.event_time if a.time_bucket != "none" else None}
+    return out
+
+
+def record_definitions(cfg: EnrichConfig) -> None:
+    _write_json(cfg.checkpoint_path / DEFINITIONS_FILE, {"aggregates": definitions(cfg)})
+
+
+def check_definitions(cfg: EnrichConfig) -> None:
+    """ConfigError (exit 2) when an aggregate is new or changed on a pipeline that already
+    committed batches; records the definitions otherwise (a removed aggregate is dropped)."""
+    now = definitions(cfg)
+    if not has_committed(cfg):
+        record_definitions(cfg)
+        return
+    data = _read_json(cfg.checkpoint_path / DEFINITIONS_FILE)
+    before = data.get("aggregates") if isinstance(data, dict) else None
+    if not isinstance(before, dict):
+        # a checkpoint from before definitions were recorded: an aggregate table that does not
+        # exist was never maintained by it
+        before = {n: d for n, d in now.items() if _is_table(Path(d["path"]))}
+    for name, d in now.items():
+        old = before.get(name)
+        if old == d:
+            continue
+        if old is None:
+            what = (f"is new on a pipeline that has already processed fact changes "
+                    f"(checkpoint {cfg.checkpoint_path}): maintained incrementally from now on, "
+                    f"it would count only the facts processed from now on")
+        else:
+            diff = ", ".join(f"{k}: {old.get(k)!r} -> {d.get(k)!r}" for k in d if old.get(k) != d.get(k))
+            what = (f"changed since the pipeline's committed batches were counted ({diff}): its "
+                    f"stored groups were computed with the old definition, and signed deltas "
+                    f"from now on would mix both")
+        raise ConfigError(cfg.file, f"outputs.aggregates.{name}", (
+            f"aggregate {name!r} {what}. Rebuild every output with the new definition: "
+            f"{recovery_command(cfg)} (or undo the change in the YAML)"))
+    if before != now:
+        record_definitions(cfg)  # aggregates removed from the YAML: no longer maintained
+
+
+# -- reset ----------------------------------------------------------------------------------
+def _nested_tables(folder: Path, own_table: bool) -> list[Path]:
+    """Delta tables (folders with ``_delta_log``) under ``folder``; ``folder`` itself only
+    when ``own_table`` is False."""
+    found: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(folder):
+        here = Path(dirpath)
+        if "_delta_log" in dirnames:
+            if not (own_table and here == folder):
+                found.append(here)
+            dirnames.remove("_delta_log")
+        if "_change_data" in dirnames:
+            dirnames.remove("_change_data")
+    return found
+
+
+def check_reset(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> None:
+    """Before ``--reprocess`` deletes anything: the checkpoint holds no Delta table, and each
+    output to delete is a Delta table (or absent/empty) holding no other table. ConfigError
+    naming the key and the path otherwise; nothing deleted."""
+    cp = cfg.checkpoint_path
+    problems: list[tuple[str, str]] = []
+    if cp.is_dir():
+        tables = _nested_tables(cp, own_table=False)
+        if tables:
+            problems.append(("storage.checkpoint", f"{cp} holds Delta table(s) "
+                             f"{', '.join(map(str, tables[:5]))} that this job does not own"))
+    for key, path in outputs:
+        if path.is_symlink():
+            problems.append((key, f"{path} is a symbolic link (to {os.path.realpath(path)})"))
+        elif path.is_dir():
+            nested = _nested_tables(path, own_table=True)
+            if nested:
+                problems.append((key, f"{path} holds other Delta table(s) "
+                                 f"{', '.join(map(str, nested[:5]))}"))
+            elif not (path / "_delta_log").is_dir() and any(path.iterdir()):
+                problems.append((key, f"{path} is a non-empty folder that is not a Delta table"))
+        elif path.exists():
+            problems.append((key, f"{path} is a file, not a Delta table"))
+    if problems:
+        key, _ = problems[0]
+        raise ConfigError(cfg.file, key, (
+            "--reprocess deletes the checkpoint and the output tables, and refuses to delete "
+            "what this job does not own: " + "; ".join(f"{k}: {m}" for k, m in problems)
+            + ". Nothing was deleted. Point the key at a folder of its own (or move the "
+            "foreign data away), then run again"))

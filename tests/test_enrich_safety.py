@@ -1,0 +1,312 @@
+"""Safety of the enrichment job's stored state (issue advB: F1-F7).
+
+Each test builds small upstream Delta tables with ``deltalake``, runs the job through its CLI
+(``spark_jobs/enrich.py`` main, in this process) and compares the outputs with a truth computed
+here from the upstream tables alone (no import from ``cdc_lake.enrich``):
+
+* F6: paths the job writes / ``--reprocess`` deletes must not overlap its inputs or each other
+  (config error, exit 2, nothing deleted); the reset refuses folders holding foreign tables.
+* F1-F3: an own table (enriched, pending, aggregate) that lost commits or was deleted behind the
+  checkpoint stops the run (exit 3) instead of exit 0 with wrong aggregates.
+* F4: a batch id re-planned over another offset range than its plan file pinned: exit 3.
+* F7: a column added upstream by a delta-rs MERGE with schema evolution (new metaData.id) is not
+  a re-created table; a real re-creation still is (exit 3).
+* F5: an aggregate added or changed on a running pipeline: exit 2 until ``--reprocess``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from cdc_lake.config import ConfigError, load_pipeline
+
+CDF = {"delta.enableChangeDataFeed": "true"}
+FACTS = pa.schema([("line_id", pa.int64()), ("product_id", pa.int64()), ("qty", pa.int64())])
+PRODUCTS = pa.schema([("id", pa.int64()), ("cat", pa.string())])
+
+YAML = """
+    kind: enrich
+    pipeline: safe
+    fact: {change_feed: lake/facts, keys: [line_id]}
+    dimensions:
+      products: {table: lake/products, keys: [id], scd: 1, on: {product_id: id},
+                 columns: {category: cat}}
+    late_members: {wait: 1d}
+    outputs:
+      enriched: gold/lines
+      aggregates:
+        units: {group_by: [category], sums: {units: qty}}
+    engine: {name: deltalake}
+    spark: {conf: {spark.sql.shuffle.partitions: "2"}}
+"""
+
+
+# -- upstream tables and truth ------------------------------------------------------------------
+def upsert(path: Path, rows: list[tuple], schema: pa.Schema, key: str) -> None:
+    t = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+    if not DeltaTable.is_deltatable(str(path)):
+        write_deltalake(str(path), t, configuration=CDF)
+        return
+    (DeltaTable(str(path)).merge(t, f"t.{key} = s.{key}", "s", "t")
+     .when_matched_update_all().when_not_matched_insert_all().execute())
+
+
+def facts(root: Path, *rows: tuple) -> None:
+    upsert(root / "lake/facts", list(rows), FACTS, "line_id")
+
+
+def products(root: Path, *rows: tuple) -> None:
+    upsert(root / "lake/products", list(rows), PRODUCTS, "id")
+
+
+def _read(path: Path) -> list[dict]:
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+
+
+def truth(root: Path, aggregates: dict[str, str] | None = None) -> dict:
+    """Expected outputs from the upstream tables (products never change in these tests, so
+    point-in-time = current): enriched {line_id: (qty, category)}, pending keys, and per
+    aggregate {group: (sum, count)}; ``aggregates`` = name -> grouping fact/enriched column."""
+    cats = {r["id"]: r["cat"] for r in _read(root / "lake/products")}
+    f = _read(root / "lake/facts")
+    enriched = {r["line_id"]: (r["qty"], cats[r["product_id"]]) for r in f if r["product_id"] in cats}
+    out: dict = {"enriched": enriched,
+                 "pending": sorted(r["line_id"] for r in f if r["product_id"] not in cats)}
+    for name, col in (aggregates or {"units": "category"}).items():
+        groups: dict = {}
+        for r in f:
+            if r["product_id"] not in cats:
+                continue
+            g = cats[r["product_id"]] if col == "category" else r[col]
+            s, n = groups.get(g, (0, 0))
+            groups[g] = (s + r["qty"], n + 1)
+        out[name] = groups
+    return out
+
+
+def actual(root: Path, aggregates: dict[str, str] | None = None) -> dict:
+    out: dict = {"enriched": {r["line_id"]: (r["qty"], r["category"])
+                              for r in _read(root / "gold/lines")},
+                 "pending": sorted(r["line_id"] for r in _read(root / "gold/_pending/safe"))}
+    for name, col in (aggregates or {"units": "category"}).items():
+        out[name] = {r[col]: (r["units"], r["count"]) for r in _read(root / "gold" / name)}
+    return out
+
+
+# -- running the job ----------------------------------------------------------------------------
+def write_yaml(root: Path, body: str = YAML, name: str = "p.yaml") -> Path:
+    f = root / name
+    f.write_text(textwrap.dedent(body), encoding="utf-8")
+    return f
+
+
+def cli(capsys, yaml: Path, *args: str) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(
+        "enrich_cli", Path(__file__).resolve().parents[1] / "spark_jobs" / "enrich.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    code = mod.main(["--pipeline", str(yaml), *args])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def two_runs(root: Path, capsys) -> Path:  # type: ignore[no-untyped-def]
+    """Run 1 (batch 0) and run 2 (batch 1) over a small history; returns the YAML."""
+    products(root, (10, "A"), (11, "B"))
+    facts(root, (1, 10, 1), (2, 10, 2), (3, 11, 3), (4, 12, 4))   # 4: product 12 missing
+    yaml = write_yaml(root)
+    code, out = cli(capsys, yaml, "--run-id", "r1")
+    assert code == 0, out
+    facts(root, (1, 10, 5))
+    facts(root, (5, 11, 6))
+    code, out = cli(capsys, yaml, "--run-id", "r2")
+    assert code == 0, out
+    assert actual(root) == truth(root)
+    return yaml
+
+
+# -- F6 ----------------------------------------------------------------------------------------
+OVERLAPS = {
+    # name: (YAML text replaced, replacement, key named, other key named)
+    "checkpoint_holds_fact": ("engine:", "storage: {checkpoint: lake}\n    engine:",
+                              "storage.checkpoint", "fact.change_feed"),
+    "checkpoint_is_enriched": ("engine:", "storage: {checkpoint: gold/lines}\n    engine:",
+                               "storage.checkpoint", "outputs.enriched"),
+    "enriched_is_fact_trailing_slash": ("enriched: gold/lines", "enriched: lake/facts/",
+                                        "outputs.enriched", "fact.change_feed"),
+    "enriched_is_fact_dotdot": ("enriched: gold/lines", "enriched: gold/../lake/./facts",
+                                "outputs.enriched", "fact.change_feed"),
+    "enriched_is_fact_symlink": ("enriched: gold/lines", "enriched: link/facts",
+                                 "outputs.enriched", "fact.change_feed"),
+    "quarantine_is_dimension": ("enriched: gold/lines", "enriched: gold/lines\n"
+                                "      quarantine: lake/products", "outputs.quarantine",
+                                "dimensions.products.table"),
+    "pending_inside_enriched": ("enriched: gold/lines", "enriched: gold/lines\n"
+                                "      pending: gold/lines/p", "outputs.enriched", "outputs.pending"),
+    "aggregate_inside_fact": ("{group_by: [category]", "{path: lake/facts/agg, group_by: [category]",
+                              "outputs.aggregates.units.path", "fact.change_feed"),
+    "checkpoint_inside_enriched": ("engine:", "storage: {checkpoint: gold/lines/_cp}\n    engine:",
+                                   "storage.checkpoint", "outputs.enriched"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAPS))
+def test_outputs_overlapping_inputs_or_each_other_are_config_errors(tmp_path: Path, case: str) -> None:
+    old, new, key, other = OVERLAPS[case]
+    (tmp_path / "lake").mkdir()
+    os.symlink(tmp_path / "lake", tmp_path / "link")
+    yaml = write_yaml(tmp_path, YAML.replace(old, new))
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(yaml)
+    msg = str(e.value)
+    assert str(yaml) in msg and key in msg and other in msg, msg
+    assert str(tmp_path / "lake") in msg or str(tmp_path / "gold") in msg
+
+
+def test_reprocess_never_deletes_upstream_tables(tmp_path: Path, capsys) -> None:
+    """The tester's F6: storage.checkpoint = the folder holding the fact and dimension tables;
+    --reprocess deleted both. Now: exit 2 at load, the tables untouched."""
+    products(tmp_path, (10, "A"))
+    facts(tmp_path, (1, 10, 1))
+    yaml = write_yaml(tmp_path, YAML.replace("engine:", "storage: {checkpoint: lake}\n    engine:"))
+    code, out = cli(capsys, yaml, "--reprocess")
+    assert code == 2 and "storage.checkpoint" in out and "fact.change_feed" in out, out
+    assert [r["line_id"] for r in _read(tmp_path / "lake/facts")] == [1]
+    assert [r["id"] for r in _read(tmp_path / "lake/products")] == [10]
+
+
+def test_reprocess_refuses_to_delete_a_folder_holding_a_foreign_table(spark, tmp_path: Path,
+                                                                      capsys) -> None:
+    """An output path the config cannot see is foreign (another pipeline's table inside the
+    aggregate's folder): the reset stops before deleting anything."""
+    products(tmp_path, (10, "A"))
+    facts(tmp_path, (1, 10, 1))
+    foreign = tmp_path / "gold/units/other_pipeline_table"
+    write_deltalake(str(foreign), pa.table({"x": [1, 2]}), configuration=CDF)
+    yaml = write_yaml(tmp_path)
+    code, out = cli(capsys, yaml, "--reprocess")
+    assert code == 2 and "outputs.aggregates.units.path" in out and str(foreign) in out, out
+    assert DeltaTable(str(foreign)).to_pyarrow_table().num_rows == 2
+
+
+# -- F1-F3 -------------------------------------------------------------------------------------
+def _drop_newest_commit(table: Path) -> None:
+    log = table / "_delta_log"
+    newest = max(int(p.name[:20]) for p in log.glob("*.json"))
+    (log / f"{newest:020d}.json").unlink()
+    (log / "_last_checkpoint").unlink(missing_ok=True)
+
+
+LOSSES = {
+    "enriched_newest_commit_removed": ("gold/lines", _drop_newest_commit),
+    "enriched_deleted": ("gold/lines", shutil.rmtree),
+    "pending_deleted": ("gold/_pending/safe", shutil.rmtree),
+    "aggregate_newest_commit_removed": ("gold/units", _drop_newest_commit),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOSSES))
+def test_own_table_lost_behind_the_checkpoint_stops_with_exit_3(spark, tmp_path: Path, capsys,
+                                                               case: str) -> None:
+    rel, damage = LOSSES[case]
+    yaml = two_runs(tmp_path, capsys)
+    damage(tmp_path / rel)
+    facts(tmp_path, (6, 10, 7), (2, 11, 8))
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    assert code == 3, out
+    assert str(tmp_path / rel) in out and "--reprocess" in out, out
+    code, out = cli(capsys, yaml, "--run-id", "r4", "--reprocess")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+    facts(tmp_path, (7, 11, 9))
+    code, out = cli(capsys, yaml, "--run-id", "r5")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+
+
+# -- F4 ----------------------------------------------------------------------------------------
+def test_replanned_batch_with_other_offsets_than_its_plan_stops_with_exit_3(spark, tmp_path: Path,
+                                                                           capsys) -> None:
+    yaml = two_runs(tmp_path, capsys)
+    facts(tmp_path, (8, 10, 10))
+    facts(tmp_path, (3, 10, 11))
+    cp = tmp_path / "gold/_checkpoints/safe"
+    for f in ("offsets/1", "offsets/.1.crc", "commits/1", "commits/.1.crc"):
+        (cp / f).unlink(missing_ok=True)   # a damaged offsets log entry removed by hand
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    assert code == 3, out
+    assert str(cp / "enrich_batches" / "1.json") in out and "--reprocess" in out, out
+    code, out = cli(capsys, yaml, "--run-id", "r4", "--reprocess")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+
+
+# -- F7 ----------------------------------------------------------------------------------------
+def test_upstream_column_added_by_schema_evolution_flows_recreation_still_stops(
+        spark, tmp_path: Path, capsys) -> None:
+    products(tmp_path, (10, "A"), (11, "B"))
+    facts(tmp_path, (1, 10, 1), (2, 11, 2))
+    yaml = write_yaml(tmp_path)
+    code, out = cli(capsys, yaml, "--run-id", "r1")
+    assert code == 0, out
+    fact = tmp_path / "lake/facts"
+    id_before = DeltaTable(str(fact)).metadata().id
+    wider = FACTS.append(pa.field("discount", pa.float64()))
+    (DeltaTable(str(fact)).merge(pa.Table.from_pylist(
+        [{"line_id": 1, "product_id": 10, "qty": 5, "discount": 0.5},
+         {"line_id": 9, "product_id": 11, "qty": 1, "discount": 0.25}], schema=wider),
+        "t.line_id = s.line_id", "s", "t", merge_schema=True)
+     .when_matched_update_all().when_not_matched_insert_all().execute())
+    code, out = cli(capsys, yaml, "--run-id", "r2")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+    got = {r["line_id"]: r.get("discount") for r in _read(tmp_path / "gold/lines")}
+    assert got == {1: 0.5, 2: None, 9: 0.25}
+    # (what made this worth a test: delta-rs gave the table a new id for the new column)
+    assert DeltaTable(str(fact)).metadata().id != id_before
+    # a real re-creation: the table deleted and written again, longer than what was read
+    shutil.rmtree(fact)
+    for i in range(4):
+        facts(tmp_path, (20 + i, 10, 1))
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    assert code == 3 and "re-created" in out and "--reprocess" in out, out
+
+
+# -- F5 ----------------------------------------------------------------------------------------
+AGG2 = "units: {group_by: [category], sums: {units: qty}}"
+
+
+def test_aggregate_added_or_changed_on_a_running_pipeline_needs_reprocess(spark, tmp_path: Path,
+                                                                          capsys) -> None:
+    yaml = two_runs(tmp_path, capsys)
+    added = write_yaml(tmp_path, YAML.replace(
+        AGG2, AGG2 + "\n        by_product: {group_by: [product_id], sums: {units: qty}}"),
+        name="p_added.yaml")
+    facts(tmp_path, (6, 11, 7))
+    code, out = cli(capsys, added, "--run-id", "r3")
+    assert code == 2, out
+    assert "outputs.aggregates.by_product" in out and "--reprocess" in out and str(added) in out
+    changed = write_yaml(tmp_path, YAML.replace("sums: {units: qty}", "sums: {units: qty * 2}"),
+                         name="p2.yaml")
+    code, out = cli(capsys, changed, "--run-id", "r3b")
+    assert code == 2 and "outputs.aggregates.units" in out and "sums" in out, out
+    code, out = cli(capsys, yaml, "--run-id", "r3c")   # the old YAML still runs
+    assert code == 0, out
+    code, out = cli(capsys, added, "--run-id", "r4", "--reprocess")
+    assert code == 0, out
+    both = {"units": "category", "by_product": "product_id"}
+    assert actual(tmp_path, both) == truth(tmp_path, both)
+    facts(tmp_path, (7, 10, 9))
+    code, out = cli(capsys, added, "--run-id", "r5")
+    assert code == 0, out
+    assert actual(tmp_path, both) == truth(tmp_path, both)
