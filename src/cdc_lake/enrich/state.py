@@ -17,13 +17,13 @@
   (an incremental aggregate is never recomputed): :class:`~cdc_lake.config.ConfigError` (exit 2)
   naming the aggregate and the fix (``--reprocess``). A removed aggregate is simply no longer
   maintained (its table is left as it is).
-* **Reset** (:func:`owned_for_reset`): ``--reprocess`` removes only what the job owns; a path to
+* **Reset** (:func:`check_reset`): ``--reprocess`` removes only what the job owns; a path to
   delete that holds a Delta table other than the output itself, or is a non-empty folder that is
   not a Delta table, stops the reset before anything is deleted (ConfigError, exit 2).
 
 Example::
 
-    check_tables(cfg, recovery)         # before the stream starts (not under --reprocess)
+    check_tables(cfg)                   # before the stream starts (not under --reprocess)
     check_definitions(cfg)              # ConfigError when an aggregate is new or changed
     record_versions(cfg, {"enriched": 7, "pending": 3, "aggregate:rev": 5})   # per batch
 """
