@@ -215,7 +215,12 @@ LOSSES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(LOSSES))
+# default tier: one lost commit and one deleted table (the same check); the slow tier adds volume
+SLOW_LOSSES = {"enriched_deleted", "aggregate_newest_commit_removed"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_LOSSES else c
+                                  for c in sorted(LOSSES)])
 def test_own_table_lost_behind_the_checkpoint_stops_with_exit_3(spark, tmp_path: Path, capsys,
                                                                case: str) -> None:
     rel, damage = LOSSES[case]
