@@ -39,32 +39,35 @@ from cdc_lake.checkpoint_log import PipelineStateError, remove_unfinished_writes
 from cdc_lake.cdc.config import PipelineConfig
 
 
-class TableMissing(PipelineStateError):
+class TableStateError(PipelineStateError):
+    """A Delta table the checkpoint has written needs an operator: ``detail`` (what is wrong),
+    the class's ``consequence`` (why the run stops), ``recovery`` (the command)."""
+
+    consequence = ""
+
+    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
+        self.tables = tables
+        super().__init__(f"{detail}; {self.consequence}. Recovery: {recovery}")
+
+
+class TableMissing(TableStateError):
     """A Delta table the checkpoint has written is gone."""
 
-    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
-        self.tables = tables
-        super().__init__(f"{detail}; this run stops so nothing is silently lost (an incremental "
-                         f"run would re-create it with only the changes that arrive from now on). "
-                         f"Recovery: {recovery}")
+    consequence = ("this run stops so nothing is silently lost (an incremental run would "
+                   "re-create it with only the changes that arrive from now on)")
 
 
-class TableDamaged(PipelineStateError):
+class TableDamaged(TableStateError):
     """A Delta table the checkpoint has written exists but its log cannot be read."""
 
-    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
-        self.tables = tables
-        super().__init__(f"{detail}; no run can read or write it. Recovery: {recovery}")
+    consequence = "no run can read or write it"
 
 
-class TableRolledBack(PipelineStateError):
+class TableRolledBack(TableStateError):
     """A Delta table the checkpoint has written is at a lower version than a run left it at."""
 
-    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
-        self.tables = tables
-        super().__init__(f"{detail}; the changes those commits held are gone while the checkpoint "
-                         f"counts them as written, so this run stops instead of building on them. "
-                         f"Recovery: {recovery}")
+    consequence = ("the changes those commits held are gone while the checkpoint counts them as "
+                   "written, so this run stops instead of building on them")
 
 
 VERSIONS_FILE = "cdc_table_versions.json"
