@@ -3,8 +3,9 @@
     spark-submit spark_jobs/enrich.py --pipeline pipelines/shop_order_lines.yaml [--run-id r1] [--reprocess]
 
 Exit codes: 0 ok, 2 config/argument error, 3 change feed unavailable / upstream rewritten (the
-message names table, versions and the recovery command ``--reprocess``), 75 pipeline locked by
-another run, 1 other failure. Prints a human summary and one line ``ENRICH_RUN_SUMMARY {json}``
+message names table, versions and the recovery command ``--reprocess``) or an upstream fact /
+dimension table holding two rows for one declared key (nothing written; the message names the
+table, version, key values and the fix), 75 pipeline locked by another run, 1 other failure. Prints a human summary and one line ``ENRICH_RUN_SUMMARY {json}``
 (plus the shared ``CDC_RUN_SUMMARY {json}`` line the Airflow operator reads).
 """
 
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[enrich] PIPELINE LOCKED: {e}", file=sys.stderr, flush=True)
         return EXIT_LOCKED
     except Exception as e:  # noqa: BLE001 - print the error for the Airflow log, then fail
+        if type(e).__name__ == "UpstreamKeyViolation":  # a fact/dimension key not unique
+            print(f"[enrich] UPSTREAM KEY VIOLATION: {e}", file=sys.stderr, flush=True)
+            return EXIT_UNAVAILABLE
         if type(e).__name__ == "EnrichNeedsReprocess" or _is_unavailable(e):
             print(f"[enrich] NEEDS REPROCESS: {e}", file=sys.stderr, flush=True)
             return EXIT_UNAVAILABLE

@@ -54,7 +54,7 @@ def check_dimension(dim: DimensionFrame, yaml_file: str) -> None:
                 f"dimensions.{c.name}.{key}, or restore the column upstream.")
 
 
-def _members(dim: DimensionFrame, i: int) -> DataFrame:
+def members(dim: DimensionFrame, i: int) -> DataFrame:
     """The dimension's usable rows, renamed to collision-free helper names."""
     c = dim.config
     df = dim.df
@@ -67,6 +67,21 @@ def _members(dim: DimensionFrame, i: int) -> DataFrame:
     if c.scd == 2:
         cols += [F.col("_valid_from").alias(f"__d{i}_vf"), F.col("_valid_to").alias(f"__d{i}_vt")]
     return df.select(*cols)
+
+
+def join_condition(c: DimensionConfig, m: DataFrame, i: int, event_time: str | None) -> Column:
+    """Fact row <-> member row of dimension ``i`` (``m`` from :func:`members`): every ``on``
+    column equal to its key; SCD2 also ``_valid_from <= event_time < _valid_to``."""
+    key_index = {k: j for j, k in enumerate(c.keys)}
+    cond = None
+    for fact_col, dim_col in c.on:
+        part = F.col(f"`{fact_col}`") == m[f"__d{i}_k_{key_index[dim_col]}"]
+        cond = part if cond is None else cond & part
+    assert cond is not None
+    if c.scd == 2:
+        et = F.col(f"`{event_time}`")
+        cond = cond & (m[f"__d{i}_vf"] <= et) & (m[f"__d{i}_vt"].isNull() | (et < m[f"__d{i}_vt"]))
+    return cond
 
 
 def join_dimensions(facts: DataFrame, dims_cfg: tuple[DimensionConfig, ...],
@@ -92,16 +107,8 @@ def join_dimensions(facts: DataFrame, dims_cfg: tuple[DimensionConfig, ...],
             out = out.select("*", *[F.lit(None).alias(o) for o in c.outputs])
             hits.append(F.when(F.lit(True), F.lit(c.name)))
             continue
-        m = _members(dim, i)
-        key_index = {k: j for j, k in enumerate(c.keys)}
-        cond = None
-        for fact_col, dim_col in c.on:
-            part = F.col(f"`{fact_col}`") == m[f"__d{i}_k_{key_index[dim_col]}"]
-            cond = part if cond is None else cond & part
-        if c.scd == 2:
-            et = F.col(f"`{event_time}`")
-            cond = cond & (m[f"__d{i}_vf"] <= et) & (m[f"__d{i}_vt"].isNull() | (et < m[f"__d{i}_vt"]))
-        out = out.join(m, cond, "left")
+        m = members(dim, i)
+        out = out.join(m, join_condition(c, m, i, event_time), "left")
         out = out.drop(*[f"__d{i}_k_{j}" for j in range(len(c.keys))], f"__d{i}_vf", f"__d{i}_vt")
         hits.append(F.when(F.col(f"__d{i}_hit").isNull(), F.lit(c.name)))
     missing = F.filter(F.array(*hits), lambda x: x.isNotNull()) if hits else F.array().cast("array<string>")

@@ -32,21 +32,21 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, DataType, LongType, MapType, NullType, StringType,
                                StructField, StructType, TimestampType)
-from pyspark.sql.window import Window
 
 from cdc_lake.cdc.batch_writer import CRASH_ENV, Phases, align
-from cdc_lake.checkpoint_log import batch_source_offsets, batch_watermark_ms
+from cdc_lake.checkpoint_log import batch_source_offsets
 from cdc_lake.engines import Engine, MergeSpec, Txn, WriteResult
 from cdc_lake.engines.base import arrow_frame
 from cdc_lake.enrich import aggregate as agg_mod
+from cdc_lake.enrich import keys as keys_mod
 from cdc_lake.enrich import pending as pd
 from cdc_lake.enrich.config import EnrichConfig
-from cdc_lake.enrich.joins import SCD2_COLUMNS, DimensionFrame, check_dimension, join_dimensions
+from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensions
+from cdc_lake.enrich.normalize import fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_file, read_at,
                                   source_mismatch)
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 
-CF_META = ("_change_type", "_commit_version", "_commit_timestamp")
 MANIFEST_SCHEMA = StructType([
     StructField("pipeline", StringType()), StructField("batch_id", LongType()),
     StructField("run_id", StringType()), StructField("batch_started_at", TimestampType()),
@@ -151,50 +151,6 @@ class EnrichBatch:
             frames[d.name] = frame
         return frames
 
-    # -- input ------------------------------------------------------------------------------
-    def _normalize(self, batch: DataFrame, batch_id: int) -> DataFrame:
-        """Latest change per key: fact columns, ``_fact_version``, ``_is_delete``, ``_bad``."""
-        k = list(self.keys)
-        if self.cfg.fact.kind == "change_feed":
-            cols = [c for c in batch.columns if c not in CF_META and c not in SCD2_COLUMNS
-                    and not c.startswith("_cdc_")]
-            rows = batch.where(F.col("_change_type") != "update_preimage").select(
-                *[F.col(f"`{c}`") for c in cols],
-                F.col("_commit_version").cast("bigint").alias("_fact_version"),
-                (F.col("_change_type") == "delete").alias("_is_delete"))
-        else:
-            rows = batch.select("*", F.lit(batch_id).cast("bigint").alias("_fact_version"),
-                                F.lit(False).alias("_is_delete"))
-        missing = [c for c in k if c not in rows.columns]
-        if missing:
-            raise ValueError(f"{self.cfg.file}: fact.keys: {missing} are not columns of the fact "
-                             f"source {self.cfg.fact.label} ({sorted(rows.columns)})")
-        reason = F.lit(None).cast("string")
-        ev = self.cfg.fact.events
-        if ev is not None:
-            # Spark's streaming dedup evicts ids older than the watermark but lets such rows
-            # through; a row older than the watermark is therefore dropped here, counted and
-            # kept in the quarantine table (never lost silently). The watermark is the one Spark
-            # recorded for this batch in offsets/<batch_id>, so a replay decides the same way.
-            wm_ms = batch_watermark_ms(self.cfg.checkpoint_path, batch_id)
-            if wm_ms > 0:
-                wm = F.timestamp_millis(F.lit(wm_ms))
-                reason = F.when(F.col(f"`{ev.time}`") < wm, F.concat(
-                    F.lit(f"late event: {ev.time} "), F.col(f"`{ev.time}`").cast("string"),
-                    F.lit(f" is older than the watermark {ev.watermark} behind the newest event "
-                          f"time seen (watermark "), wm.cast("string"), F.lit(")")))
-        null_key = F.lit(False)
-        for c in k:
-            null_key = null_key | F.col(f"`{c}`").isNull()
-        reason = F.when(null_key, F.lit(f"fact key {list(k)} is null")).otherwise(reason)
-        rows = rows.withColumn("_reason", reason)
-        w = Window.partitionBy(*k).orderBy(
-            F.col("_fact_version").desc(), F.col("_is_delete").asc())
-        good = (rows.where(F.col("_reason").isNull())
-                .withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn"))
-        return good.withColumn("_bad", F.lit(False)).unionByName(
-            rows.where(F.col("_reason").isNotNull()).withColumn("_bad", F.lit(True)))
-
     # -- the batch --------------------------------------------------------------------------
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -226,16 +182,20 @@ class EnrichBatch:
         self.stats.dimension_versions = dict(dim_versions)
         enriched0 = read_at(self.engine, str(cfg.outputs.enriched), plan.versions.get("enriched"))
         pending0 = read_at(self.engine, str(cfg.outputs.pending), plan.versions.get("pending"))
-        norm = self._normalize(batch, batch_id).persist()
+        rows = fact_rows(cfg, batch, batch_id)
+        norm = latest_per_key(cfg, rows, batch_id).persist()
         cached.append(norm)
-        counts = {(r["_bad"], r["late"]): r["n"] for r in norm.groupBy(
-            "_bad", F.col("_reason").startswith("late event").alias("late")).agg(
-            F.count("*").alias("n")).collect()}
+        counts, ties = {}, 0
+        for r in norm.groupBy("_bad", F.col("_reason").startswith("late event").alias("late")).agg(
+                F.count("*").alias("n"), F.sum(F.col("_tie").cast("int")).alias("ties")).collect():
+            counts[(r["_bad"], r["late"])], ties = r["n"], ties + (r["ties"] or 0)
+        if ties:  # two changes of one fact key in one commit: keeping one loses the other
+            self._stop(batch_id, keys_mod.fact_violation(cfg, rows, norm, batch_id, ties))
         n_bad = sum(n for (b, _), n in counts.items() if b)
         self.stats.dropped_late += counts.get((True, True), 0)
         self.stats.facts_read += sum(counts.values())
         phases.mark("read")
-        changes = norm.where(~F.col("_bad")).drop("_bad", "_reason")
+        changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie")
         # Guard: a change not newer than the stored version of its fact changes nothing.
         stored = [df.select(*k, "_fact_version") for df in (enriched0, pending0) if df is not None]
         if stored:
@@ -248,13 +208,17 @@ class EnrichBatch:
         new_keys = changes.select(*k)
         deletes = changes.where("_is_delete").drop("_is_delete")
         ups = changes.where(~F.col("_is_delete")).drop("_is_delete")
-        cands = pd.candidates(ups, new_keys, pending0, enriched0, self.keys, set(self.dim_outputs))
+        cands = pd.candidates(ups, new_keys, pending0, enriched0, self.keys,
+                              set(self.dim_outputs)).persist()
+        cached.append(cands)
         all_fact_cols = [c for c in cands.columns if c not in
                          ("_fact_version", "_parked_at", "_origin", "_prev_missing")]
         joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
         fated = pd.with_fate(joined, plan.started_at, cfg.late_wait).persist()
         cached.append(fated)
-        fates = {r["_fate"]: r["n"] for r in fated.groupBy("_fate").agg(F.count("*").alias("n")).collect()}
+        fates, n_cands = keys_mod.fates_and_candidates(fated, cands)
+        if sum(fates.values()) != n_cands:  # a fact matched two rows of a dimension
+            self._stop(batch_id, keys_mod.dimension_violation(cfg, cands, fated, frames, batch_id))
         self._count_fates(fates)
         phases.mark("join+fate")
 
@@ -334,6 +298,17 @@ class EnrichBatch:
         record_versions(cfg, versions)
         print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}; "
               + ", ".join(phases.parts), flush=True)
+
+    def _stop(self, batch_id: int, error: Exception) -> None:
+        """Raise ``error`` for a batch that wrote nothing; its plan is dropped (when no write of
+        this batch id was ever committed) so the rerun after the upstream fix reads the
+        dimensions' new versions instead of the pinned ones."""
+        o = self.cfg.outputs
+        outs = [("enriched", o.enriched), ("pending", o.pending), ("quarantine", o.quarantine),
+                ("manifest", o.manifest), *[(f"aggregate:{a.name}", a.path) for a in o.aggregates]]
+        if not any(self.engine.already_committed(str(p), self.txn(t, batch_id)) for t, p in outs):
+            plan_file(self.plan_root, batch_id).unlink(missing_ok=True)
+        raise error
 
     def _count_fates(self, fates: dict[str, int]) -> None:
         s = self.stats

@@ -1,0 +1,89 @@
+"""A micro-batch's fact changes -> the latest change per declared key (``fact.keys``).
+
+:func:`fact_rows` maps the raw batch (change-feed rows or events) to the fact columns plus
+``_fact_version`` (commit version; events: the batch id) and ``_is_delete``; update pre-images
+are dropped. :func:`latest_per_key` keeps one row per key — the newest version, an insert or
+post-image before a delete of the same version — and marks rows that must not be enriched
+(``_bad`` with ``_reason``: a null key, an event older than the batch's watermark).
+
+It also marks a **key violation** in the same window pass, at no extra Spark action: ``_tie``
+is true on a kept row when another row of the same key has the same version and is also not a
+delete — two inserts / post-images of one declared key in one commit (or, for events, two
+events of one key in one batch). Keeping one of them would lose the other silently, so the
+writer stops the batch (:func:`cdc_lake.enrich.keys.fact_violation`). What is *not* a tie:
+a pre-image and its post-image, several commits of one key in the batch (the newest wins),
+a delete and an insert in one commit (the insert wins), two deletes of one key.
+
+Example::
+
+    rows = fact_rows(cfg, batch_df, batch_id)
+    norm = latest_per_key(cfg, rows, batch_id)      # + _reason, _bad, _tie
+    norm.where("_tie").count()                       # keys whose kept change has a twin
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from cdc_lake.checkpoint_log import batch_watermark_ms
+from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.joins import SCD2_COLUMNS
+
+CF_META = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
+    """Fact columns + ``_fact_version`` + ``_is_delete`` (pre-images dropped)."""
+    if cfg.fact.kind == "change_feed":
+        cols = [c for c in batch.columns if c not in CF_META and c not in SCD2_COLUMNS
+                and not c.startswith("_cdc_")]
+        rows = batch.where(F.col("_change_type") != "update_preimage").select(
+            *[F.col(f"`{c}`") for c in cols],
+            F.col("_commit_version").cast("bigint").alias("_fact_version"),
+            (F.col("_change_type") == "delete").alias("_is_delete"))
+    else:
+        rows = batch.select("*", F.lit(batch_id).cast("bigint").alias("_fact_version"),
+                            F.lit(False).alias("_is_delete"))
+    missing = [c for c in cfg.fact.keys if c not in rows.columns]
+    if missing:
+        raise ValueError(f"{cfg.file}: fact.keys: {missing} are not columns of the fact "
+                         f"source {cfg.fact.label} ({sorted(rows.columns)})")
+    return rows
+
+
+def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFrame:
+    """Latest change per key: fact columns, ``_fact_version``, ``_is_delete``, ``_reason``,
+    ``_bad``, ``_tie`` (see the module docstring)."""
+    k = list(cfg.fact.keys)
+    reason = F.lit(None).cast("string")
+    ev = cfg.fact.events
+    if ev is not None:
+        # Spark's streaming dedup evicts ids older than the watermark but lets such rows
+        # through; a row older than the watermark is therefore dropped here, counted and
+        # kept in the quarantine table (never lost silently). The watermark is the one Spark
+        # recorded for this batch in offsets/<batch_id>, so a replay decides the same way.
+        wm_ms = batch_watermark_ms(cfg.checkpoint_path, batch_id)
+        if wm_ms > 0:
+            wm = F.timestamp_millis(F.lit(wm_ms))
+            reason = F.when(F.col(f"`{ev.time}`") < wm, F.concat(
+                F.lit(f"late event: {ev.time} "), F.col(f"`{ev.time}`").cast("string"),
+                F.lit(f" is older than the watermark {ev.watermark} behind the newest event "
+                      f"time seen (watermark "), wm.cast("string"), F.lit(")")))
+    null_key = F.lit(False)
+    for c in k:
+        null_key = null_key | F.col(f"`{c}`").isNull()
+    reason = F.when(null_key, F.lit(f"fact key {k} is null")).otherwise(reason)
+    rows = rows.withColumn("_reason", reason)
+    w = Window.partitionBy(*k).orderBy(F.col("_fact_version").desc(), F.col("_is_delete").asc())
+    # the row after the kept one, in the same window: same version and not a delete = a twin
+    tie = ~F.col("_is_delete") & F.coalesce(
+        (F.lead("_fact_version").over(w) == F.col("_fact_version"))
+        & ~F.lead("_is_delete").over(w), F.lit(False))
+    good = (rows.where(F.col("_reason").isNull())
+            .withColumn("_rn", F.row_number().over(w)).withColumn("_tie", tie)
+            .where("_rn = 1").drop("_rn"))
+    return good.withColumn("_bad", F.lit(False)).unionByName(
+        rows.where(F.col("_reason").isNotNull()).withColumn("_bad", F.lit(True))
+        .withColumn("_tie", F.lit(False)))
