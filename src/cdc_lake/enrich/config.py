@@ -228,7 +228,8 @@ def _dimensions(r: Reader) -> tuple[DimensionConfig, ...]:
         d.check_known({"table", "keys", "scd", "on", "columns"})
         keys = d.names("keys", non_empty=True) or _required(d, "keys", "the dimension's key columns")
         scd = d.raw.get("scd", 1)
-        if scd not in (1, 2):
+        scd = int(scd) if isinstance(scd, str) and scd.strip() in ("1", "2") else scd  # ${SCD:-2}
+        if scd not in (1, 2) or isinstance(scd, bool):
             raise d.fail("scd", f"expected 1 or 2, got {scd!r}")
         on = _mapping(d, "on")
         if sorted(on.values()) != sorted(keys):
@@ -364,7 +365,7 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
     inputs += [(f"dimensions.{d.name}.table", d.table) for d in dims]
     check_disjoint_paths(file, owned, inputs)  # type: ignore[arg-type]
     runtime = parse_runtime(r)
-    return EnrichConfig(
+    cfg = EnrichConfig(
         file=file, name=name,
         description=r.str("description", default="") or "",
         owner=r.str("owner", default="data-engineering") or "data-engineering",
@@ -379,3 +380,7 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
         runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type, operator]
         **runtime,
     )
+    from cdc_lake.enrich.validate import check_config
+
+    check_config(cfg)  # names vs names and the events schema; table schemas: enrich.preflight
+    return cfg

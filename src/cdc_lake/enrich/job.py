@@ -32,6 +32,7 @@ from cdc_lake.checkpoint_log import remove_unfinished_writes
 from cdc_lake.config import FILE_SOURCE_MAX_AGE
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.preflight import preflight
 from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
                                    check_tables, record_definitions, recovery_command)
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
@@ -99,6 +100,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
         try:
             spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
             engine = select_engine(spark, cfg.engine)
+            preflight(spark, cfg, engine)  # YAML vs the tables' schemas / Spark SQL: exit 2
             if reprocess:
                 _reset(cfg, engine)
             elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
@@ -108,8 +110,9 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
             else:
                 check_definitions(cfg)  # aggregate new or changed: exit 2
                 check_tables(cfg)       # own tables lost commits / deleted: exit 3
+            snapshot = EnrichStats()  # the --reprocess snapshot batch, reported on its own
             if reprocess:
-                _bootstrap(spark, cfg, engine, run_id, stats)
+                _bootstrap(spark, cfg, engine, run_id, snapshot)
             progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook)
         except Exception as e:
             record_summary(cfg.runs_path, cfg.name, {
@@ -119,7 +122,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                 "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
             raise
         summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats,
-                           progress, reprocess)
+                           progress, reprocess, snapshot)
         record_summary(cfg.runs_path, cfg.name, summary)
     finally:
         lock.release()
@@ -266,7 +269,14 @@ def _bootstrap(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: s
 
 
 def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetime, duration: float,
-             stats: EnrichStats, progress: list[dict[str, Any]], reprocess: bool) -> dict[str, Any]:
+             stats: EnrichStats, progress: list[dict[str, Any]], reprocess: bool,
+             snapshot: EnrichStats | None = None) -> dict[str, Any]:
+    """Counts and ``batches``/``batch_ids`` are the stream's micro-batches of this run; the
+    ``--reprocess`` snapshot batch (its own checkpoint, id 0 like the stream's first) is
+    ``reprocess_snapshot`` (None otherwise)."""
+    snap = None if not reprocess or snapshot is None else {
+        k: getattr(snapshot, k) for k in ("facts_read", "enriched_upserted", "parked", "released",
+                                          "released_unknown", "quarantined")}
     dropped = stats.dropped_late + sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
                                        for p in progress for op in p.get("stateOperators", []))
     dims = dict(stats.dimension_versions) or {d.name: engine.version(str(d.table))
@@ -291,4 +301,5 @@ def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetim
         "skipped_writes": stats.skipped_writes, "replayed_batches": stats.replayed_batches,
         "driver_read_batches": stats.driver_read_batches,
         "batch_seconds": stats.batch_seconds, "checkpoint": str(cfg.checkpoint_path),
+        "reprocess_snapshot": snap and {**snap, "seconds": sum(snapshot.batch_seconds)},  # type: ignore[union-attr]
     }
