@@ -84,7 +84,10 @@ def _human(s: dict) -> list[str]:
             f"upserts, {s['enriched_deleted']} deleted, {s['parked']} parked, {s['released']} "
             f"released, {s['released_unknown']} released unknown, {s['restated']} restated, "
             f"{s['pending_rows']} pending, {s['duration_s']} s",
-            f"[enrich]   dimension versions {s['dimension_versions']}; tables {s['tables']}"]
+            f"[enrich]   dimension versions {s['dimension_versions']}; tables {s['tables']}"] + (
+        [f"[enrich]   --reprocess snapshot (before those batches): {snap['facts_read']} facts, "
+         f"{snap['enriched_upserted']} enriched, {snap['parked']} parked, {snap['seconds']} s"]
+        if (snap := s.get("reprocess_snapshot")) else [])
 
 
 if __name__ == "__main__":

@@ -274,23 +274,29 @@ def test_preflight_refuses_an_unparsable_events_type(spark, tmp_path: Path) -> N
     assert str(e.value).startswith(f"{cfg.file}: fact.events.schema.qty: 'bigintt' is not a Spark SQL type")
 
 
-def test_valid_config_passes_preflight_and_cli_exits_2_naming_the_sum(spark, tmp_path: Path, capsys) -> None:
+def _cli():  # type: ignore[no-untyped-def]
+    """spark_jobs/enrich.py as a module (its main() maps exceptions to exit codes)."""
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location("enrich_cli", REPO / "spark_jobs" / "enrich.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def test_valid_config_passes_preflight_and_cli_exits_2_naming_the_sum(spark, tmp_path: Path, capsys) -> None:
     from cdc_lake.engines import select_engine
     from cdc_lake.enrich.preflight import preflight
 
     _lake(tmp_path)
     engine = select_engine(spark, "deltalake")
     preflight(spark, load_pipeline(write(tmp_path, CHANGE_FEED, "ok.yaml")), engine)
-    # a dimension without a table yet (its outputs' types unknown) is not refused
-    no_table = edit(edit(CHANGE_FEED, "table: products", "table: not_yet"), "units: qty", "units: \"qty + category\"")
+    # a dimension without a table yet: its outputs' types are unknown, not refused (the next
+    # run after the table appears checks them)
+    no_table = edit(edit(CHANGE_FEED, "table: products", "table: not_yet"), "units: qty", "units: category")
     preflight(spark, load_pipeline(write(tmp_path, no_table, "not_yet.yaml")), engine)
     f = write(tmp_path, edit(CHANGE_FEED, "\"qty * price\"", "\"amount *\""))
-    spec = importlib.util.spec_from_file_location("enrich_cli", REPO / "spark_jobs" / "enrich.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    assert mod.main(["--pipeline", str(f), "--run-id", "r1"]) == 2
+    assert _cli().main(["--pipeline", str(f), "--run-id", "r1"]) == 2
     err = capsys.readouterr().err
     assert f"[enrich] CONFIG ERROR: {f}: outputs.aggregates.rev.sums.revenue: 'amount *'" in err, err
     assert "Traceback" not in err
@@ -317,3 +323,6 @@ def test_reprocess_summary_reports_the_snapshot_batch_on_its_own(spark, tmp_path
     assert s2["reprocess_snapshot"]["facts_read"] == 2 and s2["reprocess_snapshot"]["enriched_upserted"] == 2
     saved = json.loads((cfg.runs_path / "lines" / "r2.json").read_text())
     assert saved["reprocess_snapshot"]["facts_read"] == 2 and saved["batches"] == s2["batches"]
+    human = _cli()._human(s2)
+    assert human[0].split(": ", 1)[1].startswith(f"{s2['batches']} batch(es) {s2['batch_ids']}, 0 fact changes")
+    assert "--reprocess snapshot (before those batches): 2 facts, 2 enriched" in human[-1]
