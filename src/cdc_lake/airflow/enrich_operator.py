@@ -171,8 +171,10 @@ class EnrichSparkSubmitOperator(_KindOperator):
         if code == 3:
             raise AirflowFailException(
                 f"Enrichment {name!r}: an upstream change feed is unavailable or the upstream "
-                "table was rewritten (exit 3); not retrying. Recover with a manual run with param "
-                f"reprocess=true (spark_jobs/enrich.py --pipeline {self.pipeline.file} --reprocess)."
+                "table was rewritten, or an upstream table holds two rows for one declared key "
+                "(exit 3); not retrying. The job's message below names the recovery: fix the "
+                "upstream table and clear this task, or a manual run with param reprocess=true "
+                f"(spark_jobs/enrich.py --pipeline {self.pipeline.file} --reprocess)."
                 + "\n" + "\n".join(tail[-5:])) from error
 
 
