@@ -5,21 +5,22 @@ unique — the way Delta's MERGE refuses several source rows matching one target
   batch), found by :mod:`cdc_lake.enrich.normalize` (``_tie``) in the window pass it already
   makes and counted by the batch's first aggregate; :func:`fact_violation` builds the error.
 * **Dimensions**: every candidate fact of a batch (new versions, parked facts, restatement
-  candidates) is unique per fact key, and the dimension joins are left joins, so the joined
-  rows outnumber the candidates exactly when some fact matched two rows of a dimension (an SCD1
-  table with two rows for one key; two SCD2 versions of one key whose intervals both hold the
-  event time). :func:`fates_and_candidates` counts both in the one aggregate the batch already
-  runs for its fates (the candidates are cached); :func:`dimension_violation` (error path
-  only) replays the joins for the duplicated facts to name the dimension, its version, the key
-  values and how many rows share them.
+  candidates) is unique per fact key and the dimension joins are left joins, so a fact appears
+  twice in a MERGE source (enriched, pending) exactly when it matched two rows of a dimension
+  (an SCD1 table with two rows for one key; two SCD2 versions of one key whose intervals both
+  hold the event time). :func:`duplicated_merge_keys` checks the computed sources before any
+  write — on the driver's Arrow tables (delta-rs: no Spark job), else one Spark aggregate per
+  source — and :func:`dimension_violation` (error path only) replays the joins for the
+  duplicated facts to name the dimension, its version, the key values and how many rows share
+  them.
 
 Only what a batch joins is checked: a duplicate no fact of the batch matches is found when a
 fact first does. Both raise :class:`UpstreamKeyViolation` (CLI exit 3, not retried).
 
 Example::
 
-    fates, n_cands = fates_and_candidates(fated, cands)
-    if sum(fates.values()) != n_cands:
+    sources = engine.compute(frames)
+    if duplicated_merge_keys(sources, ("enriched", "pending"), cfg.fact.keys):
         raise dimension_violation(cfg, cands, fated, frames, batch_id)
 """
 
@@ -27,16 +28,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.checkpoint_log import PipelineStateError
+from cdc_lake.engines.base import Computed, Source, arrow_frame
 from cdc_lake.enrich.config import DimensionConfig, EnrichConfig
 from cdc_lake.enrich.joins import DimensionFrame, join_condition, join_dimensions, members
 from cdc_lake.enrich.state import recovery_command
 
 SHOWN = 5  # offending key values named in a message
-_CAND = "__candidate"
 
 
 class UpstreamKeyViolation(PipelineStateError):
@@ -45,12 +48,33 @@ class UpstreamKeyViolation(PipelineStateError):
     (or the declared keys), then runs the job again."""
 
 
-def fates_and_candidates(fated: DataFrame, cands: DataFrame) -> tuple[dict[str, int], int]:
-    """``({fate: rows}, candidates)`` in one Spark job (``cands`` cached, ``fated`` built on it)."""
-    rows = (fated.select("_fate").unionByName(cands.select(F.lit(_CAND).alias("_fate")))
-            .groupBy("_fate").agg(F.count("*").alias("n")).collect())
-    fates = {r["_fate"]: int(r["n"]) for r in rows if r["_fate"] != _CAND}
-    return fates, sum(int(r["n"]) for r in rows if r["_fate"] == _CAND)
+def duplicated_merge_keys(sources: dict[str, Source], tables: tuple[str, ...],
+                          keys: tuple[str, ...]) -> str | None:
+    """The first of ``tables`` whose write source holds one ``keys`` value twice, else None.
+
+    A MERGE source must be unique on its merge keys (Delta refuses several source rows matching
+    one target row; an insert would store both). Computed (Arrow) sources are checked on the
+    driver; a Spark DataFrame source (delta-spark) costs one aggregate."""
+    k = list(keys)
+    for table in tables:
+        src = sources.get(table)
+        if src is None:
+            continue
+        if isinstance(src, Computed):
+            if src.data.num_rows < 2:
+                continue
+            try:
+                counts = src.data.group_by(k).aggregate([([], "count_all")])["count_all"]
+                if pc.max(counts).as_py() > 1:
+                    return table
+                continue
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a key type Arrow can't group
+                df: DataFrame = arrow_frame_of(src)
+        else:
+            df = src
+        if df.groupBy(*[F.col(f"`{c}`") for c in k]).count().where("count > 1").limit(1).count():
+            return table
+    return None
 
 
 def _show(v: Any) -> str:
@@ -60,6 +84,13 @@ def _show(v: Any) -> str:
 def _stopped(batch_id: int) -> str:
     return (f"Micro-batch {batch_id} stopped before writing anything; the checkpoint has not "
             f"advanced, so nothing is lost.")
+
+
+def arrow_frame_of(src: Computed) -> DataFrame:
+    """A computed source back as a Spark DataFrame (the active session)."""
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    return arrow_frame(spark, src.data, src.schema)
 
 
 # -- fact ----------------------------------------------------------------------------------

@@ -208,17 +208,13 @@ class EnrichBatch:
         new_keys = changes.select(*k)
         deletes = changes.where("_is_delete").drop("_is_delete")
         ups = changes.where(~F.col("_is_delete")).drop("_is_delete")
-        cands = pd.candidates(ups, new_keys, pending0, enriched0, self.keys,
-                              set(self.dim_outputs)).persist()
-        cached.append(cands)
+        cands = pd.candidates(ups, new_keys, pending0, enriched0, self.keys, set(self.dim_outputs))
         all_fact_cols = [c for c in cands.columns if c not in
                          ("_fact_version", "_parked_at", "_origin", "_prev_missing")]
         joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
         fated = pd.with_fate(joined, plan.started_at, cfg.late_wait).persist()
         cached.append(fated)
-        fates, n_cands = keys_mod.fates_and_candidates(fated, cands)
-        if sum(fates.values()) != n_cands:  # a fact matched two rows of a dimension
-            self._stop(batch_id, keys_mod.dimension_violation(cfg, cands, fated, frames, batch_id))
+        fates = {r["_fate"]: r["n"] for r in fated.groupBy("_fate").agg(F.count("*").alias("n")).collect()}
         self._count_fates(fates)
         phases.mark("join+fate")
 
@@ -273,11 +269,14 @@ class EnrichBatch:
         writes.append(("manifest", cfg.outputs.manifest, manifest, None))
         if dels is not None:
             phases.mark("deletes")
-        frames = {table: self._prepare(table, path, df, spec, batch_id)
-                  for table, path, df, spec in writes}
-        sources = self.engine.compute({t: f for t, f in frames.items() if f is not None},
+        prepared = {table: self._prepare(table, path, df, spec, batch_id)
+                    for table, path, df, spec in writes}
+        sources = self.engine.compute({t: f for t, f in prepared.items() if f is not None},
                                       rows=2 * (sum(counts.values()) + sum(fates.values())))
         phases.mark("compute")
+        # a fact twice in a MERGE source matched two rows of a dimension: stop before any write
+        if keys_mod.duplicated_merge_keys(sources, ("enriched", "pending"), self.keys):
+            self._stop(batch_id, keys_mod.dimension_violation(cfg, cands, fated, frames, batch_id))
         versions: dict[str, int | None] = {}
         for table, path, _, spec in writes:
             if table == "manifest" and not n_bad:
