@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.kind != "enrich":
             raise ConfigError(cfg.file, "kind", f"is {cfg.kind!r}; spark_jobs/enrich.py runs "
                               "kind: enrich pipelines (use the job of that kind)")
-        from cdc_lake.enrich.job import EnrichNeedsReprocess, run_enrich
+        from cdc_lake.enrich.job import run_enrich
 
         summary = run_enrich(cfg, run_id=args.run_id, reprocess=args.reprocess)
     except ConfigError as e:
