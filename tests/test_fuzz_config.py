@@ -151,3 +151,32 @@ def test_surrogate_escapes_are_joined_or_named(tmp_path: Path) -> None:
         assert "source.\\udc00glob" in e.key, e.key
     else:
         raise AssertionError("a key with a lone surrogate escape was accepted")
+
+
+def test_substituted_scd_and_fraction_are_read_as_numbers(tmp_path: Path, monkeypatch: Any) -> None:
+    """``${VAR}`` expands to text: ``scd`` (CDC and dimension kinds) and
+    ``quarantine.max_fraction`` take it as the number it spells, and still name a bad value."""
+    monkeypatch.setenv("SCD", "2")
+    monkeypatch.setenv("FRAC", "0.25")
+    (tmp_path / "landing").mkdir()
+    body = ("pipeline: subst\nsource: {format: maxwell, path: landing, database: shop}\n"
+            "storage: {root: lake}\ntables:\n  orders:\n    keys: [id]\n    scd: ${SCD}\n"
+            "quarantine:\n  max_fraction: ${FRAC}\n  max_rows: ${ROWS:-7}\n")
+    p = tmp_path / "p.yaml"
+    p.write_text(body, encoding="utf-8")
+    cfg = load_pipeline(p)
+    q = cfg.quarantine_limits
+    assert (cfg.tables["orders"].scd, q.max_fraction, q.max_rows) == \
+        (2, 0.25, 7)
+    for var, value, key in (("SCD", "3", "tables.orders.scd"), ("SCD", "true", "tables.orders.scd"),
+                            ("FRAC", "1.5", "quarantine.max_fraction"),
+                            ("FRAC", "half", "quarantine.max_fraction")):
+        monkeypatch.setenv(var, value)
+        try:
+            load_pipeline(p)
+        except ConfigError as e:
+            assert key in str(e) and value in str(e), str(e)
+        else:
+            raise AssertionError(f"{var}={value} was accepted")
+        monkeypatch.setenv("SCD", "2")
+        monkeypatch.setenv("FRAC", "0.25")

@@ -225,6 +225,16 @@ class Reader:
             raise self.fail(name, f"expected an integer >= {minimum}, got {given!r}")
         return v
 
+    def scd(self, name: str = "scd") -> int:
+        """``scd: 1`` (latest row per key, the default) or ``2`` (history); text counts
+        (``${SCD:-2}``)."""
+        v = self.raw.get(name, 1)
+        if isinstance(v, str) and v.strip() in ("1", "2"):
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v not in (1, 2):
+            raise self.fail(name, f"expected 1 or 2, got {v!r}")
+        return v
+
     def bool(self, name: str, default: bool) -> bool:
         """A boolean setting; the text ``true``/``false`` counts (``${FLAG:-true}`` expands to text)."""
         v = self.raw.get(name, default)

@@ -21,6 +21,8 @@ Example::
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +69,8 @@ def parse_quarantine_limits(r: Any) -> QuarantineLimits:
     q = r.section("quarantine")
     q.check_known({"max_fraction", "max_rows"})
     frac = q.raw.get("max_fraction")
+    if isinstance(frac, str) and re.fullmatch(r"\s*(0|0?\.\d+|\d+\.?\d*(e[+-]?\d+)?)\s*", frac, re.I):
+        frac = float(frac)  # ${MAX_FRACTION:-0.5} expands to text
     if frac is not None and (isinstance(frac, bool) or not isinstance(frac, (int, float))
                              or not 0 <= frac < 1):
         raise q.fail("max_fraction", f"expected a number from 0 up to (not including) 1, e.g. 0.5, "

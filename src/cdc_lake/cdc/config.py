@@ -143,9 +143,7 @@ def _parse_table(r: Reader, name: str, source_format: str, default_db: str | Non
             raise r.fail(f"types.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
                          "bigint, string, decimal(10,2), date, timestamp")
         types[str(col)] = t.strip().lower().replace(" ", "")
-    scd = r.raw.get("scd", 1)
-    if scd not in (1, 2):
-        raise r.fail("scd", f"expected 1 or 2, got {scd!r}")
+    scd = r.scd()
     return TableConfig(
         name=name,
         source_table=r.str("source_table", default=name) or name,

@@ -103,9 +103,7 @@ def load_dimension_pipeline(file: Path, raw: dict[str, Any]) -> DimensionPipelin
     keys = r.names("keys", non_empty=True)
     if not keys:
         raise r.fail("keys", "is required: the dimension's key columns, e.g. keys: [product_id]")
-    scd = r.raw.get("scd", 1)
-    if scd not in (1, 2):
-        raise r.fail("scd", f"expected 1 or 2, got {scd!r}")
+    scd = r.scd()
     schema = _schema(r, keys, scd)
     table = r.path("table", required=True)
     storage = r.section("storage")

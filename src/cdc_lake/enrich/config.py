@@ -227,10 +227,7 @@ def _dimensions(r: Reader) -> tuple[DimensionConfig, ...]:
             raise ConfigError(r.file, f"dimensions.{name}", f"name must match {NAME_RE.pattern}")
         d.check_known({"table", "keys", "scd", "on", "columns"})
         keys = d.names("keys", non_empty=True) or _required(d, "keys", "the dimension's key columns")
-        scd = d.raw.get("scd", 1)
-        scd = int(scd) if isinstance(scd, str) and scd.strip() in ("1", "2") else scd  # ${SCD:-2}
-        if scd not in (1, 2) or isinstance(scd, bool):
-            raise d.fail("scd", f"expected 1 or 2, got {scd!r}")
+        scd = d.scd()
         on = _mapping(d, "on")
         if sorted(on.values()) != sorted(keys):
             raise d.fail("on", f"must map a column to each key of the dimension {list(keys)} "

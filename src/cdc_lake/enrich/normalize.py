@@ -34,11 +34,16 @@ from cdc_lake.enrich.joins import SCD2_COLUMNS
 CF_META = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
+def is_fact_column(name: str) -> bool:
+    """Whether a change-feed column is a fact column (not change-feed metadata, SCD2 version
+    columns or ``_cdc_*`` columns of a CDC table): what the job enriches."""
+    return name not in CF_META and name not in SCD2_COLUMNS and not name.startswith("_cdc_")
+
+
 def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
     """Fact columns + ``_fact_version`` + ``_is_delete`` (pre-images dropped)."""
     if cfg.fact.kind == "change_feed":
-        cols = [c for c in batch.columns if c not in CF_META and c not in SCD2_COLUMNS
-                and not c.startswith("_cdc_")]
+        cols = [c for c in batch.columns if is_fact_column(c)]
         rows = batch.where(F.col("_change_type") != "update_preimage").select(
             *[F.col(f"`{c}`") for c in cols],
             F.col("_commit_version").cast("bigint").alias("_fact_version"),

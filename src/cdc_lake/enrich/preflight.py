@@ -39,11 +39,9 @@ from pyspark.sql.utils import AnalysisException
 from cdc_lake.config import ConfigError
 from cdc_lake.engines import Engine
 from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.normalize import is_fact_column
 from cdc_lake.enrich.validate import ENRICHED_JOB_COLUMNS, check_columns
 
-# What the job drops from change-feed rows before enriching (enrich.writer._normalize).
-CHANGE_FEED_META = ("_change_type", "_commit_version", "_commit_timestamp")
-SCD2_COLUMNS = ("_valid_from", "_valid_to", "_is_current")
 EVENT_TIME_TYPES = (TimestampType, TimestampNTZType, DateType)
 
 
@@ -58,8 +56,7 @@ def fact_columns(cfg: EnrichConfig, engine: Engine) -> tuple[StructType, str] | 
     schema = engine.schema(path)
     if schema is None:
         return None
-    keep = [f for f in schema.fields if f.name not in CHANGE_FEED_META
-            and f.name not in SCD2_COLUMNS and not f.name.startswith("_cdc_")]
+    keep = [f for f in schema.fields if is_fact_column(f.name)]
     return StructType(keep), f"Delta table {path} version {engine.version(path)}"
 
 
