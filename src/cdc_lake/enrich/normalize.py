@@ -2,7 +2,8 @@
 
 :func:`fact_rows` maps the raw batch (change-feed rows or events) to the fact columns plus
 ``_fact_version`` (commit version; events: the batch id) and ``_is_delete``; update pre-images
-are dropped. :func:`latest_per_key` keeps one row per key — the newest version, an insert or
+are dropped; from an SCD2 table only open versions count (``_valid_to`` null; ``_cdc_op =
+'delete'`` is a delete). :func:`latest_per_key` keeps one row per key — the newest version, an insert or
 post-image before a delete of the same version — and marks rows that must not be enriched
 (``_bad`` with ``_reason``: a null key, an event older than the batch's watermark).
 
@@ -44,10 +45,20 @@ def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
     """Fact columns + ``_fact_version`` + ``_is_delete`` (pre-images dropped)."""
     if cfg.fact.kind == "change_feed":
         cols = [c for c in batch.columns if is_fact_column(c)]
-        rows = batch.where(F.col("_change_type") != "update_preimage").select(
+        changes = batch.where(F.col("_change_type") != "update_preimage")
+        is_delete = F.col("_change_type") == "delete"
+        if "_valid_to" in batch.columns:
+            # An SCD2 table (CDC scd: 2, dimension refresh): a fact's state is its open version.
+            # A commit that changes a key inserts the new version and closes the old one (a
+            # post-image with _valid_to set): the closed one is history, not a second row of
+            # the key; a delete is a new open version marked _cdc_op = 'delete'.
+            changes = changes.where(F.col("_valid_to").isNull())
+            if "_cdc_op" in batch.columns:
+                is_delete = is_delete | (F.col("_cdc_op") == "delete")
+        rows = changes.select(
             *[F.col(f"`{c}`") for c in cols],
             F.col("_commit_version").cast("bigint").alias("_fact_version"),
-            (F.col("_change_type") == "delete").alias("_is_delete"))
+            is_delete.alias("_is_delete"))
     else:
         rows = batch.select("*", F.lit(batch_id).cast("bigint").alias("_fact_version"),
                             F.lit(False).alias("_is_delete"))
