@@ -67,7 +67,7 @@ class StandaloneCluster:
     def alive_workers(self) -> int:
         try:
             return sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
-        except OSError:
+        except (OSError, ValueError):  # not up yet; a UI still starting answered /json/ with HTML
             return 0
 
     def __enter__(self) -> StandaloneCluster:
