@@ -105,7 +105,8 @@ LOAD_CASES = {
         CHANGE_FEED, "category: cat}", "category: cat, Category: name}",
         "dimensions.products.columns.Category", ["'Category'", "dimensions.products.columns.category"]),
     "events: fact.keys not in the schema": (
-        EVENTS, "  dimensions:", "  dimensions:", "", []),  # placeholder replaced below
+        EVENTS, "event_ts: timestamp}}", "event_ts: timestamp}}\n  keys: [click_id]",
+        "fact.keys", ["['click_id']", "'event_id'", "fact.events.schema"]),
     "events: event time declared string": (
         EVENTS, "event_ts: timestamp}", "event_ts: string}", "fact.events.schema.event_ts",
         ["'event_ts'", "'string'", "timestamp"]),
@@ -122,9 +123,6 @@ LOAD_CASES = {
         EVENTS, "columns: {category: cat}", "columns: {category: cat, QTY: name}",
         "dimensions.products.columns.QTY", ["'QTY'", "'qty'"]),
 }
-LOAD_CASES["events: fact.keys not in the schema"] = (
-    EVENTS, "event_ts: timestamp}}", "event_ts: timestamp}}\n  keys: [click_id]",
-    "fact.keys", ["['click_id']", "'event_id'", "fact.events.schema"])
 
 
 @pytest.mark.parametrize("case", sorted(LOAD_CASES))
