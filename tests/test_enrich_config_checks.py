@@ -205,7 +205,7 @@ def test_script_exits_2_on_a_load_time_mistake(tmp_path: Path) -> None:
 def _lake(tmp: Path, *, scd2_products: bool = False) -> None:
     ts = datetime(2026, 1, 2, 10, tzinfo=timezone.utc)
     write_deltalake(str(tmp / "facts"), pa.table({
-        "line_id": [1], "product_id": [1], "qty": [2], "price": pa.array([1.5]),
+        "line_id": [1], "product_id": [1], "sku": ["1"], "qty": [2], "price": pa.array([1.5]),
         "ts": pa.array([ts], pa.timestamp("us", tz="UTC"))}), configuration=CDF)
     dim = {"id": [1], "name": ["apple"], "cat": ["fruit"]}
     if scd2_products:  # an SCD2 table without its version columns
@@ -233,6 +233,9 @@ PREFLIGHT_CASES = {
                                     ["['lineid']", "'line_id'", "facts version 0"]),
     "join column not a fact column": ("on: {product_id: id}", "on: {productid: id}",
                                       "dimensions.products.on", ["'productid'", "'product_id'"]),
+    "join column of another kind than the key": ("on: {product_id: id}", "on: {sku: id}",
+                                                 "dimensions.products.on.sku",
+                                                 ["'sku' is string", "'id'", "bigint", "'01' matches"]),
     "dimension output is a fact column": ("category: cat}", "category: cat, QTY: name}",
                                           "dimensions.products.columns.QTY", ["'QTY'", "'qty'"]),
     "dimension column not in its table": ("category: cat}", "category: catt}",
@@ -293,6 +296,11 @@ def test_valid_config_passes_preflight_and_cli_exits_2_naming_the_sum(spark, tmp
     # run after the table appears checks them)
     no_table = edit(edit(CHANGE_FEED, "table: products", "table: not_yet"), "units: qty", "units: category")
     preflight(spark, load_pipeline(write(tmp_path, no_table, "not_yet.yaml")), engine)
+    # numbers of other widths join by value: an int key for a bigint join column passes
+    write_deltalake(str(tmp_path / "products32"), pa.table({
+        "id": pa.array([1], pa.int32()), "name": ["apple"], "cat": ["fruit"]}), configuration=CDF)
+    narrow = edit(CHANGE_FEED, "table: products", "table: products32")
+    preflight(spark, load_pipeline(write(tmp_path, narrow, "narrow.yaml")), engine)
     f = write(tmp_path, edit(CHANGE_FEED, "\"qty * price\"", "\"amount *\""))
     assert _cli().main(["--pipeline", str(f), "--run-id", "r1"]) == 2
     err = capsys.readouterr().err

@@ -9,6 +9,9 @@ first micro-batch, as Spark's raw ``AnalysisException`` (exit 1), or ran and fai
   latest schema; events: ``fact.events.schema``, checked at load by :mod:`.validate`);
 * a dimension ``keys`` / ``columns`` source not in an existing dimension table, or an SCD2
   dimension without ``_valid_from``/``_valid_to``;
+* a join column (``dimensions.<d>.on``) whose type is of another kind than the dimension key's
+  (a string against a number: Spark casts, ``'01'`` matches ``1`` and a non-number fails the
+  batch);
 * ``event_time`` of a type the as-of joins and the ``day``/``hour`` bucket cannot use;
 * an aggregate ``sums`` expression that does not parse, does not resolve over the enriched
   columns, is an aggregate function, or is not numeric (a string sum failed only when a row
@@ -32,8 +35,9 @@ from collections.abc import Iterator
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (DataType, DateType, NullType, NumericType, StructField,
-                               StructType, TimestampNTZType, TimestampType)
+from pyspark.sql.types import (BinaryType, BooleanType, CharType, DataType, DateType, NullType,
+                               NumericType, StringType, StructField, StructType, TimestampNTZType,
+                               TimestampType, VarcharType)
 from pyspark.sql.utils import AnalysisException
 
 from cdc_lake.config import ConfigError
@@ -96,9 +100,11 @@ def _quiet_analysis_errors() -> Iterator[None]:
             lg.disabled = was
 
 
-def _check_dimensions(cfg: EnrichConfig, engine: Engine) -> dict[str, DataType]:
+def _check_dimensions(cfg: EnrichConfig, engine: Engine,
+                      key_types: dict[str, dict[str, DataType]]) -> dict[str, DataType]:
     """Each existing dimension table has the configured columns; returns the outputs' types
-    (unknown, NullType, for a dimension without a table yet)."""
+    (unknown, NullType, for a dimension without a table yet) and fills ``key_types`` (dimension
+    -> key column -> type) for the dimensions that have a table."""
     types: dict[str, DataType] = {}
     for d in cfg.dimensions:
         schema = engine.schema(str(d.table))
@@ -119,7 +125,43 @@ def _check_dimensions(cfg: EnrichConfig, engine: Engine) -> dict[str, DataType]:
                                   f"table {d.table} (version {engine.version(str(d.table))}) "
                                   f"has {sorted(fields)}")
         types.update({o: fields[s] for o, s in d.columns})
+        key_types[d.name] = {k: fields[k] for k in d.keys}
     return types
+
+
+def _family(t: DataType) -> str:
+    if isinstance(t, NumericType):
+        return "a number"
+    if isinstance(t, (StringType, VarcharType, CharType)):
+        return "a string"
+    if isinstance(t, (DateType, TimestampType, TimestampNTZType)):
+        return "a date/time"
+    if isinstance(t, BooleanType):
+        return "a boolean"
+    if isinstance(t, BinaryType):
+        return "binary"
+    return t.simpleString()
+
+
+def _check_join_types(cfg: EnrichConfig, columns: dict[str, DataType],
+                      key_types: dict[str, dict[str, DataType]]) -> None:
+    """A join column and its dimension key hold the same kind of value. Spark would compare a
+    string with a number by casting the string (ANSI mode): ``'01'`` would match ``1``, and the
+    first value that is not a number would fail the micro-batch (``CAST_INVALID_INPUT``)."""
+    for d in cfg.dimensions:
+        keys = key_types.get(d.name)
+        for fact_col, dim_col in d.on:
+            ft = columns.get(fact_col)
+            if keys is None or ft is None or isinstance(ft, NullType):
+                continue  # a table not there yet: nothing to compare
+            kt = keys[dim_col]
+            if _family(ft) != _family(kt):
+                raise ConfigError(cfg.file, f"dimensions.{d.name}.on.{fact_col}", (
+                    f"join column {fact_col!r} is {ft.simpleString()} but the dimension key "
+                    f"{dim_col!r} of table {d.table} is {kt.simpleString()}: Spark would compare "
+                    f"them by casting one to the other (a string against a number: '01' matches "
+                    f"1, a value that is not a number fails the batch). Give both the same kind of type upstream (a CDC "
+                    f"pipeline's tables.<t>.types, or the events schema)"))
 
 
 def _check_event_time(cfg: EnrichConfig, columns: dict[str, DataType]) -> None:
@@ -173,13 +215,15 @@ def _check_sums(cfg: EnrichConfig, enriched: DataFrame) -> None:
 def preflight(spark: SparkSession, cfg: EnrichConfig, engine: Engine) -> None:
     """Raise :class:`ConfigError` for the first mistake found (see the module docstring)."""
     fact = fact_columns(cfg, engine)
-    dim_types = _check_dimensions(cfg, engine)
+    key_types: dict[str, dict[str, DataType]] = {}
+    dim_types = _check_dimensions(cfg, engine, key_types)
     if fact is None:
         return  # no fact table yet: nothing to check the names against
     schema, label = fact
     if cfg.fact.kind == "change_feed":  # events: checked at load (validate.check_config)
         check_columns(cfg, schema.names, label)
     columns = {f.name: f.dataType for f in schema.fields} | dim_types
+    _check_join_types(cfg, columns, key_types)
     _check_event_time(cfg, columns)
     with _quiet_analysis_errors():
         _check_sums(cfg, enriched_frame(spark, schema, dim_types))
