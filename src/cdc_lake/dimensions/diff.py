@@ -27,11 +27,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_lake.dimensions.config import SCD1_META, SCD2_META
+from cdc_lake.dimensions.types import SnapshotInvalid, check_columns, fits
 from cdc_lake.engines import MergeSpec
 
 
-class SnapshotInvalid(ValueError):
-    """The snapshot cannot be applied (duplicate/null keys, a column of the table is missing)."""
 
 
 @dataclass
@@ -73,16 +72,20 @@ def check_snapshot(snap: DataFrame, keys: tuple[str, ...], where: str) -> int:
 
 def _align(snap: DataFrame, table: DataFrame | None, keys: tuple[str, ...],
            meta: tuple[str, ...], where: str) -> DataFrame:
-    """Cast snapshot columns to the table's types; refuse a snapshot that lacks a table column."""
+    """Cast snapshot columns to the table's types where that is lossless by type; refuse a
+    snapshot that lacks a table column, or whose column types need a value check or a widening
+    first (:func:`cdc_lake.dimensions.types.plan_types` does both before the diff is built)."""
     if table is None:
         return snap
+    check_columns(snap, table.schema, meta, where)
     types = {f.name: f.dataType for f in table.schema.fields}
-    lost = [c for c in types if c not in meta and c not in snap.columns]
-    if lost:
-        raise SnapshotInvalid(f"{where}: column(s) {lost} of the dimension table are missing from "
-                              "the snapshot; a refresh would keep stale values. Restore the "
-                              "column(s) in the export (or rebuild the table without them)")
-    return snap.select(*[F.col(c).cast(types[c]).alias(c) if c in types else F.col(c)
+    have = {f.name: f.dataType.simpleString() for f in snap.schema.fields}
+    unplanned = {c: (have[c], types[c].simpleString()) for c in snap.columns
+                 if c in types and not fits(have[c], types[c].simpleString())}
+    if unplanned:
+        raise SnapshotInvalid(f"{where}: column types {unplanned} (snapshot, table) would be cast "
+                              "with possible loss; run plan_types first (it widens or checks)")
+    return snap.select(*[F.col(f"`{c}`").cast(types[c]).alias(c) if c in types else F.col(f"`{c}`")
                          for c in snap.columns])
 
 

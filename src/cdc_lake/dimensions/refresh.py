@@ -10,8 +10,11 @@ Steps, all under the pipeline lock (``<state>/cdc.lock`` or the ``lock:`` backen
    nothing (status ``already_applied``): a refresh is idempotent per date;
 3. the snapshot file ``snapshots.path/pattern`` must exist (:class:`SnapshotMissing`, naming
    the expected path) and be a full snapshot (:class:`SnapshotInvalid`: NULL/duplicate keys, a
-   table column missing);
-4. the diff against the table's current rows (:mod:`cdc_lake.dimensions.diff`) is written by
+   table column missing, a value its column's type cannot hold exactly —
+   :mod:`cdc_lake.dimensions.types`); all of this is checked before anything is written;
+4. a table column whose type cannot hold the snapshot's values but has a lossless widening that
+   can (``int -> double`` for ``1`` then ``1.5``) is widened first (one same-rows commit);
+5. the diff against the table's current rows (:mod:`cdc_lake.dimensions.diff`) is written by
    **one** MERGE with ``Txn("dimension-<pipeline>", yyyymmdd)``; a re-run after a crash after
    that commit sees the date as applied.
 
@@ -32,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
-from cdc_lake.dimensions.config import DimensionPipelineConfig, parse_date
+from cdc_lake.dimensions.config import SCD1_META, SCD2_META, DimensionPipelineConfig, parse_date
 from cdc_lake.dimensions.diff import SnapshotInvalid, check_snapshot, scd1_changes, scd2_changes
+from cdc_lake.dimensions.types import conform, plan_types
 from cdc_lake.engines import Engine, Txn, select_engine
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
@@ -85,31 +89,55 @@ def last_applied(engine: Engine, cfg: DimensionPipelineConfig) -> int | None:
     return max(found) if found else None
 
 
-def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str) -> DataFrame:
-    """The snapshot of ``date`` as a DataFrame (explicit ``schema:`` applied when configured)."""
+def _fix(cfg: DimensionPipelineConfig) -> str:
+    return (f"If the export is wrong, fix the file and re-run this date. If the values are right, "
+            f"give the column a type that holds them in `schema:` of {cfg.file} (e.g. string, "
+            f"double or decimal(p,s)); a type the table's column cannot be widened to losslessly "
+            f"needs a rebuild: delete {cfg.table} and {cfg.checkpoint_path}, then backfill from "
+            "the first date")
+
+
+def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
+                  stored: StructType | None = None) -> DataFrame:
+    """The snapshot of ``date`` as a DataFrame (explicit ``schema:`` applied when configured).
+
+    A declared type is applied by a checked cast (:func:`cdc_lake.dimensions.types.conform`):
+    a value it cannot hold exactly raises :class:`SnapshotInvalid` naming file, column and
+    values (a CSV is read as text first, then cast). Without ``schema:`` a CSV's types are
+    inferred, except that a column the table (``stored``) keeps as string is read as text
+    (``007`` stays ``007``).
+    """
     f = cfg.snapshot_file(date)
     if not f.is_file():
         raise SnapshotMissing(
             f"{cfg.file}: snapshot for {date} not found: expected {f} (snapshots.path + "
             f"snapshots.pattern {cfg.snapshots.pattern!r}). Land the file and re-run, or run "
             "another date with --date YYYY-MM-DD")
-    s = cfg.snapshots
+    s, where = cfg.snapshots, str(f)
+    fix = (f"Fix the file, or declare the column with a type that holds these values in "
+           f"`schema:` of {cfg.file}")
     if s.format == "csv":
-        reader = spark.read.option("header", str(s.header).lower()).option("sep", s.delimiter) \
-            .option("mode", "FAILFAST")
+        def reader():  # type: ignore[no-untyped-def]
+            return spark.read.option("header", str(s.header).lower()).option("sep", s.delimiter) \
+                .option("mode", "FAILFAST")
         if cfg.schema:
-            reader = reader.schema(", ".join(f"`{c}` {t}" for c, t in cfg.schema.items()))
-        else:
-            reader = reader.option("inferSchema", "true")
-        df = reader.csv(str(f))
-    else:
-        df = spark.read.parquet(str(f))
-        if cfg.schema:
-            missing = [c for c in cfg.schema if c not in df.columns]
-            if missing:
-                raise SnapshotInvalid(f"{f}: column(s) {missing} of `schema:` are not in the file "
-                                      f"(columns: {df.columns})")
-            df = df.select(*[df[c].cast(t).alias(c) for c, t in cfg.schema.items()])
+            text = reader().schema(", ".join(f"`{c}` string" for c in cfg.schema)).csv(str(f))
+            return conform(text, dict(cfg.schema), where=where, against="the declared (`schema:`)",
+                           fix=fix)
+        df = reader().option("inferSchema", "true").csv(str(f))
+        as_text = {x.name for x in (stored.fields if stored else []) if x.dataType == StringType()}
+        if any(x.name in as_text and x.dataType != StringType() for x in df.schema.fields):
+            df = reader().schema(StructType([StructField(x.name, StringType()) if x.name in as_text
+                                             else x for x in df.schema.fields])).csv(str(f))
+        return df
+    df = spark.read.parquet(str(f))
+    if cfg.schema:
+        missing = [c for c in cfg.schema if c not in df.columns]
+        if missing:
+            raise SnapshotInvalid(f"{f}: column(s) {missing} of `schema:` are not in the file "
+                                  f"(columns: {df.columns})")
+        df = conform(df.select(*[df[c] for c in cfg.schema]), dict(cfg.schema), where=where,
+                     against="the declared (`schema:`)", fix=fix)
     return df
 
 
@@ -135,7 +163,7 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
         "date": date, "scd": cfg.scd, "engine": engine.name, "table": str(cfg.table),
         "snapshot_file": str(cfg.snapshot_file(date)), "snapshot_rows": None,
         "inserted": 0, "updated": 0, "deleted": 0, "closed": 0, "unchanged": 0,
-        "skipped_writes": 0, "started_at": started.isoformat(timespec="seconds"),
+        "skipped_writes": 0, "widened": {}, "started_at": started.isoformat(timespec="seconds"),
     }
     with pipeline_lock(cfg) as lock:
         lock.acquire(run_id)
@@ -165,27 +193,37 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
 
 def _apply(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, date: str,
            run_id: str, summary: dict[str, Any]) -> None:
-    snap = read_snapshot(spark, cfg, date)
-    where = str(cfg.snapshot_file(date))
+    path, where = str(cfg.table), str(cfg.snapshot_file(date))
+    stored = engine.schema(path) if engine.exists(path) else None
+    snap = read_snapshot(spark, cfg, date, stored)
     summary["snapshot_rows"] = check_snapshot(snap, cfg.keys, where)
-    table = engine.read(str(cfg.table))
+    meta = SCD1_META if cfg.scd == 1 else SCD2_META
+    # every check before the first write: a refused snapshot leaves the table as it was
+    plan, snap = plan_types(snap, stored, meta=meta, where=where, fix=_fix(cfg))
+    if plan.widen:
+        print(f"[dimension] widening {path}: " + ", ".join(
+            f"{c} {t}" for c, t in plan.describe().items()) + " (lossless; one same-rows commit)",
+            flush=True)
+        engine.widen(path, plan.widen)
+        summary["widened"] = plan.describe()
+    table = engine.read(path)
     build = scd1_changes if cfg.scd == 1 else scd2_changes
     changes = build(snap, table, cfg.keys, date, where)
     try:
         summary.update(changes.counts)
         txn = Txn(cfg.app_id, date_version(date))
-        if not engine.exists(str(cfg.table)):  # an empty first snapshot still makes the table
+        if not engine.exists(path):  # an empty first snapshot still makes the table
             # every column nullable: a later snapshot may have NULLs anywhere, and delta-rs
             # MERGE validates NOT NULL columns of rows it only copies (timestamps among them)
-            engine.create(str(cfg.table), StructType([StructField(f.name, f.dataType, True)
-                                                      for f in changes.source.schema.fields]))
+            engine.create(path, StructType([StructField(f.name, f.dataType, True)
+                                            for f in changes.source.schema.fields]))
         if sum(v for k, v in changes.counts.items() if k != "unchanged"):
-            result = engine.merge(str(cfg.table), changes.source, changes.spec, txn=txn)
+            result = engine.merge(path, changes.source, changes.spec, txn=txn)
             summary["skipped_writes"] = int(result.skipped)
     finally:
         changes.release()
     _write_state(cfg.checkpoint_path, {"date": date, "version": date_version(date),
                                        "run_id": safe_run_id(run_id),
-                                       "delta_version": engine.version(str(cfg.table)),
+                                       "delta_version": engine.version(path),
                                        "applied_at": datetime.now(timezone.utc).isoformat()})
     summary["status"] = "succeeded"

@@ -1,0 +1,149 @@
+"""Snapshot column types vs. the types they must be stored as: a stored value is never a changed one.
+
+A snapshot column may arrive with another type than the one it is stored as — a CSV without
+``schema:`` is inferred anew each day (``1`` is ``int``, ``1.5`` is ``double``, ``heavy`` is
+``string``), a declared ``schema:`` type may not hold the file's values, a Parquet export may
+change a column's type. Per column (snapshot type ``S``, stored type ``T``):
+
+* ``S`` fits ``T`` by type (every ``S`` value is held exactly by ``T``: ``int`` into ``bigint``,
+  ``double`` or a wide enough decimal, anything into ``string``, an all-NULL column): cast;
+* a table column whose type has a **lossless widening** that holds ``S``
+  (:func:`cdc_lake.cdc.widening.widen`, the CDC kind's rule: ``int -> bigint``,
+  ``int -> double``, ``int -> decimal(p,s)``, ``float -> double``, decimal precision/scale): the
+  table column is widened (:meth:`Engine.widen`, one same-rows rewrite commit readers skip) and
+  the snapshot cast to the wider type;
+* otherwise each value is checked (:func:`misfit`): converted to ``T`` and back it must be the
+  same value (numbers from text are compared as ``decimal(38,18)``). Any value that is not
+  refuses the whole snapshot (:class:`SnapshotInvalid`, exit 3) naming file, column, up to 5
+  example values, both types and the fix; nothing is written. If every value fits, the column
+  is cast (``2.0`` into an ``int`` column is ``2``).
+
+Example::
+
+    plan, snap = plan_types(snap, table_schema, where="/snaps/2026-01-02.csv", meta=SCD1_META,
+                            fix="declare it in `schema:` of dim.yaml and rebuild the table")
+    plan.widen          # {'weight': 'double'}  (table column int, snapshot 1.5)
+    engine.widen(table_path, plan.widen)   # then MERGE ``snap`` (already cast)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdc_lake.cdc.widening import widen
+
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+_EXAMPLES = 5
+
+
+class SnapshotInvalid(ValueError):
+    """The snapshot cannot be applied (duplicate/null keys, a column of the table is missing,
+    a value its column's type cannot hold exactly)."""
+
+
+def _numeric(t: str) -> bool:
+    return t in _INTEGERS or t in ("float", "double") or t.startswith("decimal(")
+
+
+def fits(s: str, t: str) -> bool:
+    """Every value of type ``s`` is held exactly by type ``t`` (Spark simple type strings)."""
+    if s == t or s == "void" or t == "string":
+        return True
+    w = widen(s, t)
+    return w is not None and w.replace(" ", "") == t
+
+
+def misfit(c: Column, s: str, t: str) -> Column:
+    """True for a present value of type ``s`` that type ``t`` cannot hold exactly (not
+    convertible, out of range, rounded or truncated)."""
+    conv = c.try_cast(t)
+    if s == "string" and _numeric(t):
+        dec = c.try_cast("decimal(38,18)")
+        same = F.when(dec.isNotNull(), conv.try_cast("decimal(38,18)") == dec) \
+            .otherwise(conv.try_cast("double") == c.try_cast("double"))
+    elif s == "string":
+        same = F.lit(True)  # dates, timestamps, booleans from text: convertible is exact enough
+    else:
+        same = conv.try_cast(s).eqNullSafe(c)
+    return c.isNotNull() & (conv.isNull() | ~F.coalesce(same, F.lit(False)))
+
+
+def conform(df: DataFrame, targets: dict[str, str], *, where: str, against: str, fix: str) -> DataFrame:
+    """Cast ``df``'s columns to ``targets`` (column -> type) after checking that every value
+    converts exactly; raises :class:`SnapshotInvalid` naming each column that does not, with up
+    to 5 example values (one Spark job for the check, one more per bad column for examples)."""
+    src = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    checks = {c: t for c, t in targets.items() if c in src and not fits(src[c], t)}
+    if checks:
+        bad = {c: misfit(F.col(f"`{c}`"), src[c], t) for c, t in checks.items()}
+        row = df.agg(*[F.count_if(b).alias(f"n{i}") for i, b in enumerate(bad.values())]).first()
+        counts = {c: int(row[f"n{i}"] or 0) for i, c in enumerate(bad)}  # type: ignore[index]
+        problems = []
+        for c, n in counts.items():
+            if not n:
+                continue
+            ex = [r[0] for r in df.where(bad[c]).select(F.col(f"`{c}`").cast("string"))
+                  .distinct().limit(_EXAMPLES).collect()]
+            problems.append(f"column {c!r}: {n} value(s) that {against} type {checks[c]} cannot "
+                            f"hold exactly (the snapshot's values are {src[c]}), e.g. {ex}")
+        if problems:
+            raise SnapshotInvalid(
+                f"{where}: " + "; ".join(problems) + ". Stored they would be changed (rounded, "
+                f"truncated or lost), so nothing was written. {fix}")
+    return df.select(*[F.col(f"`{c}`").cast(targets[c]).alias(c) if c in targets
+                       and src[c] != targets[c] else F.col(f"`{c}`") for c in df.columns])
+
+
+@dataclass
+class TypePlan:
+    """What one snapshot needs against the table: columns to widen in the table first, and the
+    type each snapshot column is cast to (checked by :func:`conform`)."""
+
+    widen: dict[str, str] = field(default_factory=dict)  # table column -> wider type
+    before: dict[str, str] = field(default_factory=dict)  # its type before widening
+    cast: dict[str, str] = field(default_factory=dict)  # snapshot column -> stored type
+
+    def describe(self) -> dict[str, str]:
+        return {c: f"{self.before[c]} -> {t}" for c, t in self.widen.items()}
+
+
+def check_columns(snap: DataFrame, table: StructType | None, meta: tuple[str, ...], where: str) -> None:
+    """Refuse a snapshot that lacks a column of the table (a refresh would keep stale values)."""
+    if table is None:
+        return
+    lost = [f.name for f in table.fields if f.name not in meta and f.name not in snap.columns]
+    if lost:
+        raise SnapshotInvalid(f"{where}: column(s) {lost} of the dimension table are missing from "
+                              "the snapshot; a refresh would keep stale values. Restore the "
+                              "column(s) in the export (or rebuild the table without them)")
+
+
+def plan_types(snap: DataFrame, table: StructType | None, *, meta: tuple[str, ...], where: str,
+               fix: str) -> tuple[TypePlan, DataFrame]:
+    """Decide widening and casts for ``snap`` against the table schema ``table`` (None: no table
+    yet) and check every value that needs it; returns the plan and the snapshot cast to the
+    types it is stored as (the table's, widened). Raises :class:`SnapshotInvalid` before
+    anything is written."""
+    check_columns(snap, table, meta, where)
+    plan = TypePlan()
+    if table is None:
+        return plan, snap
+    stored = {f.name: f.dataType.simpleString() for f in table.fields}
+    for f in snap.schema.fields:
+        t, s = stored.get(f.name), f.dataType.simpleString()
+        if t is None or s == t:
+            continue
+        if fits(s, t):
+            plan.cast[f.name] = t
+            continue
+        w = widen(t, s)
+        if w is not None and fits(s, w.replace(" ", "")):
+            plan.widen[f.name] = plan.cast[f.name] = w.replace(" ", "")
+            plan.before[f.name] = t
+        else:
+            plan.cast[f.name] = t
+    return plan, conform(snap, plan.cast, where=where, against="the dimension table's", fix=fix)
