@@ -200,6 +200,15 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
     paths = [t.path for t in tables.values()]
     if len(set(paths)) != len(paths):
         raise r.fail("tables", "two tables share one target path")
+    checkpoint = storage.path("checkpoint", default=root / "_checkpoints" / name)
+    quarantine = storage.path("quarantine", default=root / "_quarantine")
+    ddl_log = storage.path("ddl_log", default=root / "_ddl_log")
+    runs = storage.path("runs", default=root / "_runs")
+    _check_own_paths(file, tables, landing, root, [
+        ("storage.quarantine", quarantine), ("storage.ddl_log", ddl_log),  # type: ignore[list-item]
+        ("storage.checkpoint", checkpoint), ("storage.runs", runs),  # type: ignore[list-item]
+        ("storage.root/_tombstones (the tombstone tables)", root / "_tombstones"),
+        ("storage.root/_staging (full-refresh staging)", root / "_staging")])
 
     max_files = src.int("max_files_per_trigger", default=1000) or 1000
     return PipelineConfig(
@@ -219,10 +228,10 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         max_bytes_per_trigger=src.int("max_bytes_per_trigger", default=None),
         trigger=r.choice("trigger", TRIGGERS, default="available_now"),  # type: ignore[arg-type]
         lake_root=root,
-        checkpoint_path=storage.path("checkpoint", default=root / "_checkpoints" / name),  # type: ignore[arg-type]
-        quarantine_path=storage.path("quarantine", default=root / "_quarantine"),  # type: ignore[arg-type]
-        ddl_log_path=storage.path("ddl_log", default=root / "_ddl_log"),  # type: ignore[arg-type]
-        runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type]
+        checkpoint_path=checkpoint,  # type: ignore[arg-type]
+        quarantine_path=quarantine,  # type: ignore[arg-type]
+        ddl_log_path=ddl_log,  # type: ignore[arg-type]
+        runs_path=runs,  # type: ignore[arg-type]
         **runtime,
         infer_temporal=r.bool("infer_temporal", default=True),
         tables=tables,
@@ -233,6 +242,36 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         full_jit_from_mb=_int_or(r.section("spark").int("full_jit_from_mb", default=FULL_JIT_FROM_MB,
                                                          minimum=0), FULL_JIT_FROM_MB),
     )
+
+
+def _check_own_paths(file: Path, tables: dict[str, TableConfig], landing: Path, root: Path,
+                     side: list[tuple[str, Path]]) -> None:
+    """Each table's path must be a folder of its own: not equal to, inside or containing another
+    table, the quarantine, DDL log, tombstones, checkpoint, runs or staging folder, or the landing
+    folder (compared after resolving symlinks and ``..``); the side paths likewise among
+    themselves. A table sharing a side table's folder loses its rows: the side-table append
+    and the table's MERGE carry the same transaction id, so the second write is skipped as done.
+    (The overlap rule is the enrichment kind's: :func:`cdc_lake.enrich.config._overlap`.)"""
+    from cdc_lake.enrich.config import _overlap
+
+    owned = [(f"tables.{t.name}.path" + (" (default: storage.root/<table name>)"
+                                          if t.path == root / t.name else ""), t.path)
+             for t in tables.values()] + side
+    landing_key = ("source.path", landing)
+    resolved = [(k, p, Path(p).resolve()) for k, p in owned]
+    for i, (key, path, rp) in enumerate(resolved):
+        for other_key, other, ro in [(*landing_key, Path(landing).resolve()), *resolved[i + 1:]]:
+            how = _overlap(rp, ro)
+            if how is None:
+                continue
+            raise ConfigError(file, key, (
+                f"{path} {how} {other_key} = {other}"
+                + (f" (resolved: {rp} and {ro})" if ro != Path(other) or rp != Path(path) else "")
+                + "; "
+                "every table, side table (quarantine, DDL log, tombstones), the checkpoint, the "
+                "runs folder and the landing folder need a folder of their own that neither holds "
+                f"nor lies inside another (a table sharing a side table's folder loses its rows): "
+                f"give {key.split(' ')[0]} a path of its own"))
 
 
 def _int_or(value: int | None, default: int) -> int:
