@@ -10,6 +10,10 @@
   (:func:`written_tables` / :func:`record_written_tables`): a table deleted behind the
   checkpoint's back is noticed instead of silently re-created with only new changes.
 
+An empty, truncated or otherwise unreadable file of ours raises :class:`StateFileDamaged` (a
+:class:`~cdc_lake.checkpoint_log.PipelineStateError`: the CLI exits 3) naming the file, what it
+holds and the recovery, rather than a bare ``JSONDecodeError`` (exit 1, retried for nothing).
+
 Spark's own files (offsets, commits, sources, metadata) are read by :mod:`cdc_lake.checkpoint_log`.
 """
 
@@ -24,7 +28,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from cdc_lake.checkpoint_log import PipelineStateError
 
 
 class PipelineLocked(RuntimeError):
@@ -74,11 +80,69 @@ def lock_for(checkpoint: Path) -> CheckpointLock:
     return CheckpointLock(checkpoint / "cdc.lock")
 
 
+class StateFileDamaged(PipelineStateError):
+    """A file of ours in the checkpoint folder cannot be read: ``file``, ``problem``; the message
+    also says what the file holds and how to recover."""
+
+    def __init__(self, file: Path, problem: str, holds: str, recovery: str) -> None:
+        self.file, self.problem = file, problem
+        super().__init__(f"checkpoint file {file} is {problem}; it holds {holds}, so this run stops "
+                         f"instead of guessing. Recovery: {recovery}")
+
+
+def read_state_file(f: Path, holds: str, recovery: str,
+                    valid: Any = lambda data: True) -> dict[str, Any] | None:
+    """The JSON object stored in ``f`` (None when there is no such file); :class:`StateFileDamaged`
+    when it is empty, truncated, not JSON or ``valid(data)`` is false. Other I/O errors propagate
+    (the storage, not the file: may be transient)."""
+    try:
+        text = f.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        raise StateFileDamaged(f, "not UTF-8 text", holds, recovery) from None
+    if not text.strip():
+        raise StateFileDamaged(f, "empty", holds, recovery)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise StateFileDamaged(f, f"truncated or corrupt (not JSON: {text[:60]!r})", holds,
+                               recovery) from None
+    if not isinstance(data, dict) or not valid(data):
+        raise StateFileDamaged(f, f"not in its format ({text[:60]!r})", holds, recovery)
+    return data
+
+
+INSTANCE_FILE = "cdc_instance.json"
+
+
+def _aside(f: Path) -> str:
+    return f"mv {f} {f}.damaged"
+
+
+INSTANCE_HOLDS = ("this checkpoint's id, which names its writes in the Delta transaction ids "
+                  "(txn appId) of every table it writes")
+
+
+def read_instance_id(checkpoint: Path, recovery: str | None = None) -> str | None:
+    """The checkpoint's identity, None before it is minted; :class:`StateFileDamaged` (with
+    ``recovery``, by default: write the id back) if the file cannot be read."""
+    f = checkpoint / INSTANCE_FILE
+    data = read_state_file(
+        f, INSTANCE_HOLDS,
+        recovery or ("restore it from a copy, or write the id back "
+                     f"(`{{\"instance_id\": \"<id>\"}}`, <id> as it ends the txn appId in the "
+                     "_delta_log of the tables this checkpoint writes)"),
+        lambda d: isinstance(d.get("instance_id"), str) and d["instance_id"] != "")
+    return None if data is None else str(data["instance_id"])
+
+
 def instance_id(checkpoint: Path) -> str:
     """The checkpoint's identity; minted on first use, stable across runs."""
-    f = checkpoint / "cdc_instance.json"
-    if f.is_file():
-        return str(json.loads(f.read_text(encoding="utf-8"))["instance_id"])
+    found = read_instance_id(checkpoint)
+    if found is not None:
+        return found
+    f = checkpoint / INSTANCE_FILE
     checkpoint.mkdir(parents=True, exist_ok=True)
     new = uuid.uuid4().hex[:16]
     tmp = f.with_suffix(".tmp")
@@ -93,9 +157,16 @@ TABLES_FILE = "cdc_tables.json"
 def written_tables(checkpoint: Path) -> dict[str, dict[str, str]]:
     """``{"tables": {name: path}, "tombstones": {name: path}}`` this checkpoint has written."""
     f = checkpoint / TABLES_FILE
-    if not f.is_file():
+    data = read_state_file(
+        f, "the Delta tables (and tombstone tables) this checkpoint has written, by which a run "
+           "notices a table deleted behind its back",
+        f"move it aside (`{_aside(f)}`) and run the pipeline again: that run records the tables "
+        "that exist then. Before, make sure none of the pipeline's tables was deleted (that run "
+        "would re-create it with only the changes that arrive from then on; rebuild such a table "
+        "with --full-refresh --tables <table>)",
+        lambda d: all(isinstance(d.get(k, {}), dict) for k in ("tables", "tombstones")))
+    if data is None:
         return {"tables": {}, "tombstones": {}}
-    data = json.loads(f.read_text(encoding="utf-8"))
     return {"tables": dict(data.get("tables", {})), "tombstones": dict(data.get("tombstones", {}))}
 
 

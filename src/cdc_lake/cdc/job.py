@@ -28,8 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
-from cdc_lake.cdc.state import check_state, record_tables, record_versions
-from cdc_lake.checkpoint import instance_id
+from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state, record_tables, record_versions
 from cdc_lake.cdc.backlog import backlog, check_landed_files_unchanged, nothing_new
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.cdc.config import PipelineConfig
@@ -157,7 +156,7 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
     if full_refresh:
         return engine, stats, _full_refresh(spark, cfg, engine, run_id, selected, stats,
                                             max_files_per_trigger)
-    app_id = f"cdc-{cfg.name}-{instance_id(cfg.checkpoint_path)}"
+    app_id = pipeline_app_id(cfg)  # the id check_state compares the tables' transactions with
     writer = BatchWriter(cfg, engine, app_id=app_id, run_id=run_id, selected=selected,
                          targets=Targets(tables={n: t.path for n, t in cfg.tables.items()},
                                          tombstones={n: cfg.tombstone_path(n) for n in cfg.tables},

@@ -11,8 +11,17 @@
   (``<checkpoint>/cdc_table_versions.json``): the newest commit files of its log were removed, so
   the changes they held are gone while the checkpoint counts them as written (seen: the last
   batch's updates silently lost, exit 0).
+* No table holds a batch of this checkpoint that its offset log does not reach: every write
+  carries the Delta transaction id ``(app_id, batch_id)`` (:func:`app_id`); a table at
+  transaction version M while ``offsets/`` ends at N < M means the checkpoint was set back (an
+  older copy restored, the last batches' log files or Spark's subfolders removed). Batches
+  N+1..M would then count as already written everywhere and be skipped (seen: the new files'
+  rows silently lost, exit 0). A batch planned but not committed (``offsets/N`` without
+  ``commits/N``, tables at N) is the ordinary replay after a crash and passes.
+* The files of ours in the checkpoint (``cdc_instance.json``, ``cdc_tables.json``,
+  ``cdc_table_versions.json``) can be read.
 
-Both raise a :class:`~cdc_lake.checkpoint_log.PipelineStateError` that names the file or table
+All raise a :class:`~cdc_lake.checkpoint_log.PipelineStateError` that names the file or table
 and the recovery command; the CLI exits 3 (no retry helps). After a successful check and after
 every run the tables that exist are recorded in ``<checkpoint>/cdc_tables.json`` and their
 versions in ``<checkpoint>/cdc_table_versions.json`` (:func:`record_versions`).
@@ -34,8 +43,10 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from cdc_lake.checkpoint import record_written_tables, written_tables
-from cdc_lake.checkpoint_log import PipelineStateError, remove_unfinished_writes, validate_checkpoint
+from cdc_lake.checkpoint import (INSTANCE_FILE, instance_id, read_instance_id, read_state_file,
+                                 record_written_tables, written_tables)
+from cdc_lake.checkpoint_log import (PipelineStateError, last_offset_batch, remove_unfinished_writes,
+                                     validate_checkpoint)
 from cdc_lake.cdc.config import PipelineConfig
 
 
@@ -70,7 +81,27 @@ class TableRolledBack(TableStateError):
                    "written, so this run stops instead of building on them")
 
 
+class CheckpointRolledBack(PipelineStateError):
+    """A table holds a transaction of this checkpoint for a batch its offset log does not reach."""
+
+    def __init__(self, tables: list[str], detail: str, recovery: str) -> None:
+        self.tables = tables
+        super().__init__(
+            f"{detail}; the next batches would get ids the tables already count as written, so "
+            f"every write of theirs would be skipped and their changes lost for good. Recovery: "
+            f"{recovery}")
+
+
 VERSIONS_FILE = "cdc_table_versions.json"
+
+
+def app_id(cfg: PipelineConfig) -> str:
+    """The Delta transaction app id of this pipeline's checkpoint (minted with the checkpoint)."""
+    return _app_id(cfg, instance_id(cfg.checkpoint_path))
+
+
+def _app_id(cfg: PipelineConfig, instance: str) -> str:
+    return f"cdc-{cfg.name}-{instance}"
 
 
 def _job_cmd(cfg: PipelineConfig, *extra: str) -> str:
@@ -95,20 +126,18 @@ def _exists(path: Path) -> bool:
     return DeltaTable.is_deltatable(str(path))
 
 
-def _unreadable(path: Path) -> str | None:
-    """Why the Delta table at ``path`` cannot be loaded (its log replayed), else None."""
-    return _load(path)[0]
-
-
-def _load(path: Path) -> tuple[str | None, int | None]:
-    """``(why the table cannot be loaded, None)`` or ``(None, its version)``."""
+def _load(path: Path, app: str | None = None) -> tuple[str | None, int | None, int | None]:
+    """``(why the table cannot be loaded, None, None)`` or ``(None, its version, the last
+    transaction version it holds for ``app``)`` (one log replay for both)."""
     try:
-        version = DeltaTable(str(path)).version()
+        dt = DeltaTable(str(path))
+        version = dt.version()
+        txn = dt.transaction_version(app) if app is not None else None
     except OSError:
         raise  # the storage, not the table (may be transient): an ordinary failure, retried
     except Exception as e:  # noqa: BLE001 - DeltaError (log JSON/parquet/protocol) and kin
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", None
-    return None, version
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", None, None
+    return None, version, txn
 
 
 def check_state(cfg: PipelineConfig) -> None:
@@ -117,8 +146,11 @@ def check_state(cfg: PipelineConfig) -> None:
         print(f"[cdc] removed {f}: left by a checkpoint log write a killed run never finished, "
               "or the checksum of a log file that was deleted", flush=True)
     validate_checkpoint(cfg.checkpoint_path, recovery=reset_command(cfg))
+    instance = read_instance_id(cfg.checkpoint_path, recovery=_instance_recovery(cfg))
+    app = None if instance is None else _app_id(cfg, instance)
     written = written_tables(cfg.checkpoint_path)
-    left_at = _recorded_versions(cfg.checkpoint_path)
+    left_at = _recorded_versions(cfg.checkpoint_path, strict=True)
+    txns: dict[str, tuple[str, int]] = {}  # table path -> (label, last txn version of `app`)
     missing: dict[str, str] = {}
     damaged: list[tuple[str, Path, str]] = []  # (table, path of the table or its tombstones, why)
     rolled_back: list[tuple[str, Path, int, int]] = []  # (table, path, version now, recorded)
@@ -132,7 +164,9 @@ def check_state(cfg: PipelineConfig) -> None:
                 missing.setdefault(name, f"{'table' if kind == 'tables' else 'tombstone table'} "
                                          f"{name!r}: no Delta table at {where}")
                 continue
-            problem, version = _load(path)
+            problem, version, txn = _load(path, app)
+            label = f"{'table' if kind == 'tables' else 'tombstone table of'} {name!r}"
+            txns[str(path)] = (label, -1 if txn is None else txn)
             if problem is not None:
                 damaged.append((name, path, problem))
             elif (last := left_at.get(str(path))) is not None and version is not None and version < last:
@@ -153,7 +187,48 @@ def check_state(cfg: PipelineConfig) -> None:
         raise TableRolledBack(names, detail, (
             f"put the missing _delta_log commit files back if you have them; else "
             f"{refresh_command(cfg, names)}"))
-    _check_side_tables(cfg)
+    _check_side_tables(cfg, app, txns)
+    if app is not None:
+        _check_checkpoint_not_behind(cfg, app, txns)
+
+
+def _check_checkpoint_not_behind(cfg: PipelineConfig, app: str,
+                                 txns: dict[str, tuple[str, int]]) -> None:
+    """Stop if a table holds a transaction of ``app`` above the last batch of ``offsets/``."""
+    for name in cfg.tables:  # configured tables cdc_tables.json does not list (a set-back copy)
+        for kind, path in (("table", cfg.tables[name].path),
+                           ("tombstone table of", cfg.tombstone_path(name))):
+            if str(path) not in txns and _exists(path):
+                problem, _, txn = _load(path, app)
+                if problem is None and txn is not None:
+                    txns[str(path)] = (f"{kind} {name!r}", txn)
+    last = last_offset_batch(cfg.checkpoint_path)
+    floor = -1 if last is None else last
+    ahead = sorted(((label, path, txn) for path, (label, txn) in txns.items() if txn > floor),
+                   key=lambda a: (-a[2], a[0]))
+    if not ahead:
+        return
+    cp = cfg.checkpoint_path
+    planned = (f"its offset log ends at batch {last} ({cp / 'offsets' / str(last)})"
+               if last is not None else f"its offset log holds no batch ({cp / 'offsets'} is "
+               f"{'empty' if (cp / 'offsets').is_dir() else 'missing'})")
+    detail = (f"pipeline {cfg.name!r}: checkpoint {cp} was set back (an older copy restored, or "
+              f"log files or Spark's subfolders of it removed): {planned}, but "
+              + "; ".join(f"the {label} at {path} holds batch {txn} of this checkpoint "
+                          f"(Delta transaction {app!r} version {txn})" for label, path, txn in ahead))
+    raise CheckpointRolledBack(sorted({label for label, _, _ in ahead}), detail, (
+        f"if you have a copy of the checkpoint as it was after batch {ahead[0][2]}, put it back; "
+        f"else {reset_command(cfg)}, so nothing is lost. A full refresh does not help: it leaves "
+        "the checkpoint as it is"))
+
+
+def _instance_recovery(cfg: PipelineConfig) -> str:
+    f = cfg.checkpoint_path / INSTANCE_FILE
+    return (f"restore it from a copy if you have one; else move it aside and run again: "
+            f"`mv {f} {f}.damaged && {_job_cmd(cfg)}`: that run mints a new id, so its batches are "
+            "new transactions, and a batch replayed after a crash is written again, which leaves "
+            "the tables as they are (every MERGE is ordered by binlog sequence; quarantine and "
+            "DDL-log rows are keyed by file and line)")
 
 
 def _raise_damaged(cfg: PipelineConfig, damaged: list[tuple[str, Path, str]]) -> None:
@@ -166,11 +241,19 @@ def _raise_damaged(cfg: PipelineConfig, damaged: list[tuple[str, Path, str]]) ->
         f"table aside (`{aside}`) and {refresh_command(cfg, names)}"))
 
 
-def _check_side_tables(cfg: PipelineConfig) -> None:
-    """The quarantine and DDL log: every run appends to them, so an unreadable log fails all."""
-    broken = [(label, path, why) for label, path in (("quarantine", cfg.quarantine_path),
-                                                     ("DDL log", cfg.ddl_log_path))
-              if _exists(path) and (why := _unreadable(path)) is not None]
+def _check_side_tables(cfg: PipelineConfig, app: str | None,
+                       txns: dict[str, tuple[str, int]]) -> None:
+    """The quarantine and DDL log: every run appends to them, so an unreadable log fails all.
+    Adds their last transaction version of ``app`` to ``txns``."""
+    broken = []
+    for label, path in (("quarantine", cfg.quarantine_path), ("DDL log", cfg.ddl_log_path)):
+        if not _exists(path):
+            continue
+        why, _, txn = _load(path, app)
+        if why is not None:
+            broken.append((label, path, why))
+        elif txn is not None:
+            txns[str(path)] = (f"{label} table", txn)
     if not broken:
         return
     detail = f"pipeline {cfg.name!r}: " + "; ".join(
@@ -191,16 +274,25 @@ def record_tables(cfg: PipelineConfig) -> None:
         record_written_tables(cfg.checkpoint_path, tables, tombstones)
 
 
-def _recorded_versions(checkpoint: Path) -> dict[str, int]:
-    """``table path -> Delta version`` a run of this checkpoint left it at (empty if unknown)."""
+def _recorded_versions(checkpoint: Path, strict: bool = False) -> dict[str, int]:
+    """``table path -> Delta version`` a run of this checkpoint left it at (empty if unknown).
+    ``strict``: an unreadable file raises :class:`~cdc_lake.checkpoint.StateFileDamaged` (the
+    check before a run); else it counts as empty (recording after a run rewrites it)."""
     f = checkpoint / VERSIONS_FILE
     try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (ValueError, OSError):
-        return {}  # unreadable record (it is ours, not Spark's): no check rather than a false stop
-    versions = data.get("versions") if isinstance(data, dict) else None
+        data = read_state_file(
+            f, "the Delta version each table was left at by this checkpoint's runs, by which a "
+               "run notices a table that lost its newest commits",
+            f"move it aside (`mv {f} {f}.damaged`) and run again: that run records every table's "
+            "version then, and the check resumes from there. Before, make sure no table lost "
+            "commits: the last run summary (latest.json under the pipeline's runs folder) gives "
+            "each table's delta_version; a table now below it needs --full-refresh --tables <table>",
+            lambda d: isinstance(d.get("versions", {}), dict))
+    except PipelineStateError:
+        if strict:
+            raise
+        data = None
+    versions = data.get("versions") if data is not None else None
     return {p: v for p, v in (versions or {}).items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
@@ -212,7 +304,7 @@ def record_versions(cfg: PipelineConfig) -> None:
     versions = dict(_recorded_versions(cfg.checkpoint_path))
     for path in paths:
         if _exists(path):
-            problem, version = _load(path)
+            problem, version, _ = _load(path)
             if problem is None and version is not None:
                 versions[str(path)] = version
     if not versions:
