@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.config import ConfigError
 from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
                                      read_offsets, read_source_entries, read_source_log,
                                      source_log_files)
 
-__all__ = ["Backlog", "LandedFileChanged", "backlog", "check_landed_files_unchanged", "nothing_new"]
+__all__ = ["Backlog", "LandedFileChanged", "LandingFileNames", "backlog", "check_landed_files_unchanged",
+           "check_landing_names", "nothing_new"]
 
 _GLOB_SAFE = re.compile(r"[^{}\\^]*")  # fnmatch agrees with Hadoop's glob on these patterns
 
@@ -92,8 +94,7 @@ def _pending(cfg: PipelineConfig, *, full_refresh: bool) -> Backlog | None:
     files = size = 0
     for entry in os.scandir(landing):
         name = entry.name
-        if name.startswith(".") or (name.startswith("_") and "=" not in name) \
-                or name.endswith("._COPYING_"):
+        if _hidden(name):
             continue  # what Spark's file index skips (InMemoryFileIndex.shouldFilterOutPathName)
         if not entry.is_file():
             return None  # a folder (Spark lists recursively) or something odd
@@ -103,6 +104,66 @@ def _pending(cfg: PipelineConfig, *, full_refresh: bool) -> Backlog | None:
             files += 1
             size += entry.stat().st_size
     return Backlog(files, size)
+
+
+def _hidden(name: str) -> bool:
+    """Names Spark's file index skips (``InMemoryFileIndex.shouldFilterOutPathName``)."""
+    return name.startswith(".") or (name.startswith("_") and "=" not in name) \
+        or name.endswith("._COPYING_")
+
+
+class LandingFileNames(ConfigError):
+    """Landing files Spark cannot read by their name (exit 2: bad input, nothing written)."""
+
+    def __init__(self, cfg: PipelineConfig, names: list[str]) -> None:
+        self.names = names
+        shown = ", ".join(repr(n) for n in names[:5]) + (
+            f" and {len(names) - 5} more" if len(names) > 5 else "")
+        super().__init__(cfg.file, "source.path", (
+            f"{len(names)} landing file(s) in {cfg.landing_path} have a ':' in their name: "
+            f"{shown}. Hadoop cannot open such a file (URISyntaxException 'Relative path in "
+            "absolute URI'), so every run would fail on it; nothing was read or written. Rename "
+            "them without ':' (e.g. 2026-11-26T10-00-00 for an ISO time), and name landed "
+            "files without ':' from now on, then run again"))
+
+
+def check_landing_names(cfg: PipelineConfig) -> None:
+    """Before the stream starts: raise :class:`LandingFileNames` (a config error, exit 2) for
+    landing files the file source would read whose name holds ``':'``, and print one warning
+    line naming the files Spark skips as hidden (a name starting with ``_`` or ``.``; a file
+    still being written under such a temporary name is expected). Local landing folders whose
+    listing this module mirrors only (see :func:`backlog`); otherwise no check.
+
+    Example::
+
+        check_landing_names(cfg)   # LandingFileNames: ... 'orders_2026-11-26T10:00:00.json' ...
+    """
+    landing, glob = cfg.landing_path, cfg.file_glob
+    if any(ch in str(landing) for ch in "*?[]{}\\") or ":" in str(landing) \
+            or not os.path.isdir(landing):
+        return
+    if glob is not None and not _GLOB_SAFE.fullmatch(glob):
+        glob = None  # unusual glob: check every visible file
+    bad, hidden = [], []
+    for entry in os.scandir(landing):
+        name = entry.name
+        if _hidden(name):
+            if not name.endswith("._COPYING_") and entry.is_file():
+                hidden.append(name)
+            continue
+        if glob is not None and not fnmatch.fnmatchcase(name, glob):
+            continue
+        if ":" in name:
+            bad.append(name)
+    if hidden:
+        hidden.sort()
+        print(f"[cdc] WARNING: {len(hidden)} landing file(s) in {landing} are skipped as hidden "
+              "(Spark's file source ignores names starting with '_' or '.'; expected for a file "
+              "still being written under a temporary name, otherwise rename it): "
+              + ", ".join(hidden[:5]) + (f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""),
+              flush=True)
+    if bad:
+        raise LandingFileNames(cfg, sorted(bad))
 
 
 def _taken(cfg: PipelineConfig) -> set[str] | None:
@@ -167,6 +228,7 @@ def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
 
         check_landed_files_unchanged(cfg)   # before the stream starts, under the pipeline lock
     """
+    check_landing_names(cfg)  # (the job's one check of the landing folder before the stream)
     if ":" in str(cfg.landing_path):
         return
     taken = _taken_entries(cfg)
