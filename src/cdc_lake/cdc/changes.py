@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.column_types import (ColumnType, decode, kind_checked, kind_exact, raw_present,
-                                       variant_path)
+from cdc_lake.cdc.column_types import (ColumnType, decode, kind_checked, kind_exact, qcol,
+                                       raw_present, source_value)
 from cdc_lake.cdc.widening import checked, exact
 from cdc_lake.cdc.events import finalize_order
 from cdc_lake.engines import MergeSpec
@@ -46,6 +46,9 @@ class TablePlan:
     # columns whose values in this batch fit their type by kind (widening.proven_exact): no
     # per-value exactness check
     proven_exact: frozenset[str] = frozenset()
+    # column -> the names it carries in this batch's events when they are not just the column's
+    # own name (a case-only rename at the source: ``Name`` -> ``name``; discovery.plan_table)
+    spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _a(c: str) -> str:
@@ -54,6 +57,16 @@ def _a(c: str) -> str:
 
 def _b(c: str) -> str:
     return f"__b_{c}"
+
+
+def _free(columns: list[str] | tuple[str, ...], base: str) -> str:
+    """A helper column name not among ``columns`` (compared case-insensitively, as Spark
+    resolves names): a source column may be called ``__rn`` too."""
+    taken = {c.lower() for c in columns}
+    name = base
+    while name.lower() in taken:
+        name += "_"
+    return name
 
 
 def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
@@ -69,16 +82,17 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
     if ordinal:  # formats ordering by line position (Canal, Maxwell without xoffset): fill seq in
         events = finalize_order(events)
     row, old = F.col("row"), F.col("old")
-    after = {c: decode(row, c, ct) for c, ct in plan.columns.items()}
+    sp = {c: plan.spellings.get(c, ()) for c in plan.columns}
+    after = {c: decode(row, c, ct, sp[c]) for c, ct in plan.columns.items()}
     staged = events.select(
         "_file", "_line", "op", "seq", "commit_ts", "row", "old",
         *[after[c].alias(_a(c)) for c in plan.columns],
     )
-    a = {c: F.col(_a(c)) for c in plan.columns}
+    a = {c: qcol(_a(c)) for c in plan.columns}
     # Before-image: the old value where the event carries one, else the row's value. SCD1 needs
     # it only for keys (to delete a moved key); SCD2 also keeps it as the delete version's data.
-    before = {c: F.when(F.try_variant_get(old, variant_path(c), "variant").isNotNull(),
-                        decode(old, c, ct)).otherwise(a[c])
+    before = {c: F.when(source_value(old, c, sp[c]).isNotNull(),
+                        decode(old, c, ct, sp[c])).otherwise(a[c])
               if plan.scd == 2 or c in plan.keys else a[c]
               for c, ct in plan.columns.items()}
     key_missing = F.lit(False)
@@ -97,10 +111,17 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
         # numbers: compared as decimals; boolean/date/timestamp: no other value cast into them
         return exact(raw, decoded) if checked(ct.sql) else kind_exact(raw, decoded, ct.sql)
 
+    for c, names in sp.items():
+        if len(names) > 1:  # one column for Spark/Delta: an event must not carry two values
+            n_present = sum(source_value(row, s).isNotNull().cast("int") for s in names)
+            problems.append(F.when(n_present > 1, F.lit(
+                f"table {plan.name}: the row carries the columns {list(names)}, which differ only "
+                f"in case (one column {c} for Spark and Delta); not stored, so neither value is "
+                "lost: keep one spelling at the source")))
     for c, ct in plan.columns.items():
-        raw = F.try_variant_get(row, variant_path(c), "variant")
+        raw = source_value(row, c, sp[c])
         matters = F.lit(True) if c in plan.keys else needed
-        problems.append(F.when(matters & raw_present(row, c) & a[c].isNull(),
+        problems.append(F.when(matters & raw_present(row, c, sp[c]) & a[c].isNull(),
                                F.concat(F.lit(f"column {c}: value "), F.to_json(raw),
                                         F.lit(f" is not a valid {ct.sql}"))))
         if check_exact(c, ct):
@@ -109,7 +130,7 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
                 F.lit(f" does not fit column type {ct.sql} exactly (would be stored as "),
                 a[c].cast("string"), F.lit("); not stored changed"))))
     stored = {c: a[c] if c in plan.keys or not check_exact(c, ct)
-              else F.when(needed | is_exact(F.try_variant_get(row, variant_path(c), "variant"),
+              else F.when(needed | is_exact(source_value(row, c, sp[c]),
                                             a[c], ct), a[c]).alias(_a(c))
               for c, ct in plan.columns.items()}  # a delete's inexact non-key value: null
     staged = staged.select("_file", "_line", "op", "seq", "commit_ts",
@@ -125,30 +146,32 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
         return [op.alias("_cdc_op"), F.concat(F.col("seq"), F.lit(seq_suffix)).alias("_cdc_seq"),
                 F.col("commit_ts").alias("_cdc_commit_ts"), F.lit(run_id).alias("_cdc_run_id")]
 
-    upserts = good.select(*[F.col(_a(c)).alias(c) for c in plan.columns], *meta(F.col("op"), ".1"))
+    upserts = good.select(*[qcol(_a(c)).alias(c) for c in plan.columns], *meta(F.col("op"), ".1"))
     key_changed = F.col("op") == "update"
     changed_any = F.lit(False)
     for k in plan.keys:
-        changed_any = changed_any | ~F.col(_b(k)).eqNullSafe(F.col(_a(k)))
+        changed_any = changed_any | ~qcol(_b(k)).eqNullSafe(qcol(_a(k)))
     old_key_deletes = good.where(key_changed & changed_any).select(
-        *[F.col(_b(c) if plan.scd == 2 or c in plan.keys else _a(c)).alias(c) for c in plan.columns],
+        *[qcol(_b(c) if plan.scd == 2 or c in plan.keys else _a(c)).alias(c) for c in plan.columns],
         *meta(F.lit("delete"), ".0"))
     return upserts.unionByName(old_key_deletes), rejected, staged
 
 
 def latest_per_key(changes: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    w = Window.partitionBy(*keys).orderBy(F.col("_cdc_seq").desc())
-    return changes.withColumn("__rn", F.row_number().over(w)).where("__rn = 1").drop("__rn")
+    w = Window.partitionBy(*[qcol(k) for k in keys]).orderBy(F.col("_cdc_seq").desc())
+    rn = _free(changes.columns, "__rn")
+    return changes.withColumn(rn, F.row_number().over(w)).where(qcol(rn) == 1).drop(rn)
 
 
 def scd1_source(changes: DataFrame, keys: tuple[str, ...], tombstones: DataFrame | None) -> DataFrame:
     latest = latest_per_key(changes, keys)
     if tombstones is None:
         return latest
-    tomb = tombstones.select(*keys, F.col("_cdc_seq").alias("__tomb_seq"))
+    ts = _free(latest.columns, "__tomb_seq")
+    tomb = tombstones.select(*[qcol(k) for k in keys], F.col("_cdc_seq").alias(ts))
     return (latest.join(tomb, list(keys), "left")
-            .where(F.col("__tomb_seq").isNull() | (F.col("_cdc_seq") >= F.col("__tomb_seq")))
-            .drop("__tomb_seq"))
+            .where(qcol(ts).isNull() | (F.col("_cdc_seq") >= qcol(ts)))
+            .drop(ts))
 
 
 def drop_tombstoned(latest: pa.Table, tombstones: pa.Table | None, keys: tuple[str, ...]) -> pa.Table:
@@ -164,13 +187,14 @@ def drop_tombstoned(latest: pa.Table, tombstones: pa.Table | None, keys: tuple[s
     if tombstones is None or tombstones.num_rows == 0 or latest.num_rows == 0:
         return latest
     types = {k: latest.schema.field(k).type for k in keys}
+    ts, rn = _free(keys, "__tomb_seq"), _free(keys, "__row")
     tomb = pa.table({**{k: tombstones[k].cast(types[k]) for k in keys},
-                     "__tomb_seq": tombstones["_cdc_seq"].cast(pa.string())})
+                     ts: tombstones["_cdc_seq"].cast(pa.string())})
     rows = pa.table({**{k: latest[k] for k in keys},
-                     "__row": pa.array(range(latest.num_rows), pa.int64())})
+                     rn: pa.array(range(latest.num_rows), pa.int64())})
     hit = rows.join(tomb, keys=list(keys), join_type="inner")
-    seq = pc.take(latest["_cdc_seq"].cast(pa.string()), hit["__row"])
-    older = pc.filter(hit["__row"], pc.less(seq, hit["__tomb_seq"]))
+    seq = pc.take(latest["_cdc_seq"].cast(pa.string()), hit[rn])
+    older = pc.filter(hit[rn], pc.less(seq, hit[ts]))
     if len(older) == 0:
         return latest
     drop = pc.is_in(pa.array(range(latest.num_rows), pa.int64()), value_set=older.combine_chunks())
@@ -191,7 +215,7 @@ def scd1_spec(keys: tuple[str, ...]) -> MergeSpec:
 
 
 def tombstone_source(scd1_latest: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    return scd1_latest.where(F.col("_cdc_op") == "delete").select(*keys, "_cdc_seq")
+    return scd1_latest.where(F.col("_cdc_op") == "delete").select(*[qcol(k) for k in keys], "_cdc_seq")
 
 
 def tombstone_spec(keys: tuple[str, ...]) -> MergeSpec:
@@ -201,15 +225,18 @@ def tombstone_spec(keys: tuple[str, ...]) -> MergeSpec:
 
 def scd2_rows(changes: DataFrame, keys: tuple[str, ...], existing: DataFrame | None) -> DataFrame:
     """Version rows for every key touched by ``changes``, validity recomputed over the full chain."""
-    new = changes.dropDuplicates([*keys, "_cdc_seq"]).withColumn("__src", F.lit(1))
+    cols = changes.columns + (existing.columns if existing is not None else [])
+    src, rn = _free(cols, "__src"), _free(cols, "__rn")
+    kcols = [qcol(k) for k in keys]
+    new = changes.dropDuplicates([*keys, "_cdc_seq"]).withColumn(src, F.lit(1))
     if existing is not None:
-        touched = new.select(*keys).distinct()
+        touched = new.select(*kcols).distinct()
         old = (existing.join(touched, list(keys), "left_semi")
-               .drop(*SCD2_META).withColumn("__src", F.lit(0)))
+               .drop(*SCD2_META).withColumn(src, F.lit(0)))
         new = old.unionByName(new, allowMissingColumns=True)
-    pick = Window.partitionBy(*keys, "_cdc_seq").orderBy("__src")
-    versions = new.withColumn("__rn", F.row_number().over(pick)).where("__rn = 1").drop("__rn", "__src")
-    chain = Window.partitionBy(*keys).orderBy("_cdc_seq")
+    pick = Window.partitionBy(*kcols, F.col("_cdc_seq")).orderBy(qcol(src))
+    versions = new.withColumn(rn, F.row_number().over(pick)).where(qcol(rn) == 1).drop(rn, src)
+    chain = Window.partitionBy(*kcols).orderBy("_cdc_seq")
     nxt_seq = F.lead("_cdc_seq").over(chain)
     return versions.select(
         "*",

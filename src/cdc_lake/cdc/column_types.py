@@ -173,15 +173,37 @@ def variant_path(column: str) -> str:
     return "$['" + column.replace("\\", "\\\\").replace("'", "\\'") + "']"
 
 
-def raw_present(v: Column, column: str) -> Column:
+def qcol(name: str) -> Column:
+    """``F.col`` of a column named exactly ``name`` (quoted: a source column name may hold dots,
+    backticks, blanks... which ``F.col`` would otherwise parse as a nested field reference)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def source_value(v: Column, column: str, spellings: tuple[str, ...] = ()) -> Column:
+    """The variant value of ``column`` in row image ``v`` (SQL null when absent).
+
+    ``spellings``: the names the column carries in the events when they differ only in case
+    (``Name`` before a source-side rename, ``name`` after): one column for Spark and Delta, read
+    from whichever spelling the event carries (an event carrying two of them is quarantined by
+    :func:`cdc_lake.cdc.changes.typed_changes`)."""
+    names = spellings or (column,)
+    vals = [F.try_variant_get(v, variant_path(s), "variant") for s in names]
+    return vals[0] if len(vals) == 1 else F.coalesce(*vals)
+
+
+def raw_present(v: Column, column: str, spellings: tuple[str, ...] = ()) -> Column:
     """True when the event carries a non-null value for the column."""
-    raw = F.try_variant_get(v, variant_path(column), "variant")
+    raw = source_value(v, column, spellings)
     return raw.isNotNull() & ~F.is_variant_null(raw)
 
 
-def decode(v: Column, column: str, ct: ColumnType) -> Column:
-    """Typed value of ``column`` from variant ``v``; null if absent, null or not castable."""
-    p = variant_path(column)
+def decode(v: Column, column: str, ct: ColumnType, spellings: tuple[str, ...] = ()) -> Column:
+    """Typed value of ``column`` from variant ``v``; null if absent, null or not castable.
+    ``spellings``: see :func:`source_value`."""
+    if len(spellings) > 1:
+        v, p = source_value(v, column, spellings), "$"
+    else:
+        p = variant_path(spellings[0] if spellings else column)
     if ct.decoder == "json":
         raw = F.try_variant_get(v, p, "variant")
         val = F.when(F.is_variant_null(raw), F.lit(None)).otherwise(

@@ -205,14 +205,64 @@ def _temporal(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, st
     return {tc: (bool(row[2 * i]), bool(row[2 * i + 1])) for i, tc in enumerate(names)}
 
 
+RESERVED = (*ch.META, *ch.SCD2_META)
+
+
+def _reserved_reason(cfg: PipelineConfig, name: str, clash: list[str]) -> str:
+    return (f"table {name}: source column(s) {clash} have the name of a metadata column the "
+            f"job writes on every row ({', '.join(RESERVED)}; Spark compares names ignoring "
+            "case); storing the row would overwrite the source's value, so it is not stored: "
+            "rename the column at the source (or a view/SMT in the producer), or drop it "
+            f"knowingly with tables.{name}.exclude_columns: {clash} in {cfg.file.name}, then "
+            "re-ingest the quarantined lines")
+
+
+def _merge_spellings(obs: list[ObservedColumn], canon: str) -> ObservedColumn:
+    """One observation for the spellings of a column that differ only in case. Values of
+    different kinds: ``VARIANT`` (typed as JSON text if nothing else fixes the type; never
+    proven exact)."""
+    kinds = {o.variant_type for o in obs} - {"VOID"}
+    vtype = kinds.pop() if len(kinds) == 1 else ("VOID" if not kinds else "VARIANT")
+    strings = [o for o in obs if o.variant_type == "STRING"]
+    return ObservedColumn(canon, vtype, next((o.hint for o in obs if o.hint), None),
+                          bool(strings) and all(o.all_dates for o in strings),
+                          bool(strings) and all(o.all_timestamps for o in strings))
+
+
 def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColumn], pk: list[str],
                existing: StructType | None) -> ch.TablePlan | str:
-    """The table's plan, or the reason its rows must be quarantined."""
+    """The table's plan, or the reason its rows must be quarantined.
+
+    Column names compare as Spark compares them, ignoring case: a source column named like a
+    metadata column (:data:`RESERVED`, any case) or holding a backtick quarantines the table's
+    rows (unless config excludes it); spellings of one name that differ only in case (``Name``, then ``name`` after
+    a rename at the source) are one column, named as the Delta table names it (first batch:
+    the spelling that sorts first) and read from whichever spelling an event carries."""
     t = cfg.tables[name]
-    meta = set(ch.META) | set(ch.SCD2_META)
+    meta = {m.lower() for m in RESERVED}
+    low = {c.lower() for c in t.exclude_columns}
+    allow = None if t.columns is None else {c.lower() for c in t.columns}
+    wanted = [c for c in observed if c.lower() not in low and (allow is None or c.lower() in allow)]
+    clash = sorted(c for c in wanted if c.lower() in meta)
+    if clash:
+        return _reserved_reason(cfg, name, clash)
+    ticks = sorted(c for c in wanted if "`" in c)
+    if ticks:  # the Delta writers' column references do not escape a backtick (yet)
+        return (f"table {name}: source column(s) {ticks} hold a backtick (`), which the Delta "
+                "writers cannot reference yet; rows not stored: rename the column at the source, "
+                f"or drop it knowingly with tables.{name}.exclude_columns: {ticks} in "
+                f"{cfg.file.name}, then re-ingest the quarantined lines")
     existing_types = {f.name: f.dataType.simpleString() for f in (existing.fields if existing else [])
-                      if f.name not in meta}
-    keys = t.keys or tuple(pk)
+                      if f.name.lower() not in meta}
+    canon = {c.lower(): c for c in existing_types}
+    spellings: dict[str, list[str]] = {}
+    for c in sorted(observed):
+        spellings.setdefault(canon.setdefault(c.lower(), c), []).append(c)
+    spelled = {c: tuple(s) for c, s in spellings.items() if s != [c]}
+    observed = {c: observed[c] if s == [c] else _merge_spellings([observed[x] for x in s], c)
+                for c, s in spellings.items()}
+    types = {canon.get(c.lower(), c): v for c, v in t.types.items()}
+    keys = tuple(canon.get(k.lower(), k) for k in (t.keys or tuple(pk)))
     if not keys:
         return (f"no primary key for table {name}: the events carry none; "
                 f"set tables.{name}.keys in {cfg.file.name}")
@@ -220,15 +270,15 @@ def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColum
     for k in keys:
         if k not in candidates:
             candidates.append(k)
-    if t.columns is not None:
-        candidates = [c for c in candidates if c in t.columns]
-    candidates = [c for c in candidates if c not in t.exclude_columns and c not in meta]
+    if allow is not None:
+        candidates = [c for c in candidates if c.lower() in allow]
+    candidates = [c for c in candidates if c.lower() not in low and c.lower() not in meta]
     columns: dict[str, ColumnType] = {}
     widened: dict[str, str] = {}
     fmt, temporal = cfg.source_format, cfg.infer_temporal
     for c in candidates:
         obs = observed.get(c) or ObservedColumn(c, "VOID", None, False, False)
-        configured, current = t.types.get(c), existing_types.get(c)
+        configured, current = types.get(c), existing_types.get(c)
         if current is not None and configured is None and c in observed:
             # the batch alone would pick `natural`: widen the column when that is lossless
             natural = resolve(obs, configured=None, existing=None, fmt=fmt, infer_temporal=temporal)
@@ -246,7 +296,8 @@ def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColum
                        and (proven_exact(observed[c].variant_type, ct.sql)
                             or kind_proven(observed[c], ct.sql)))
     return ch.TablePlan(name=name, keys=tuple(keys), columns=columns, scd=t.scd, widen=widened,
-                        proven_exact=proven)
+                        proven_exact=proven,
+                        spellings={c: s for c, s in spelled.items() if c in columns})
 
 
 def observe(ev: DataFrame, seen: Survey, cfg: PipelineConfig,
