@@ -29,8 +29,22 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _EVENT_FORMATS = ("json",)
 TIME_BUCKETS = ("day", "hour", "none")
 # Columns the job adds to its outputs: no fact or dimension output column may use these names.
+# Compared case-insensitively (:func:`reserved`): Spark resolves column names so, and a dimension
+# output `_Fact_Version` failed the batch with AMBIGUOUS_REFERENCE.
 RESERVED = ("_unknown_members", "_fact_version", "_enriched_batch", "_dim_versions", "_missing",
             "_parked_at", "count", "_group_key")
+
+
+def reserved(name: str) -> str | None:
+    """The job column ``name`` is (any case), or None."""
+    return next((r for r in RESERVED if r == name.lower()), None)
+
+
+def _reserved_message(name: str) -> str:
+    r = reserved(name)
+    return (f"{name!r} is reserved for the job's own columns"
+            + (f" ({r!r}: column names are case-insensitive, as Spark resolves them)"
+               if r != name else "") + f"; reserved: {', '.join(RESERVED)}")
 
 
 @dataclass(frozen=True)
@@ -237,8 +251,8 @@ def _dimensions(r: Reader) -> tuple[DimensionConfig, ...]:
             if out in outputs:
                 raise d.fail(f"columns.{out}", f"output column {out!r} is already produced by "
                              f"dimensions.{outputs[out]}; rename one")
-            if out in RESERVED:
-                raise d.fail(f"columns.{out}", f"{out!r} is reserved for the job's own columns")
+            if reserved(out):
+                raise d.fail(f"columns.{out}", _reserved_message(out))
             outputs[out] = str(name)
         dims.append(DimensionConfig(str(name), d.path("table", required=True),  # type: ignore[arg-type]
                                     keys, scd, tuple(on.items()), tuple(columns.items())))
@@ -275,8 +289,10 @@ def _aggregates(o: Reader, root: Path) -> tuple[AggregateConfig, ...]:
         a.check_known({"path", "group_by", "time_bucket", "sums"})
         sums = _mapping(a, "sums", required=False)
         for s in sums:
-            if s in RESERVED or not NAME_RE.match(s):
-                raise a.fail(f"sums.{s}", f"{s!r} is reserved or not a valid column name")
+            if reserved(s):
+                raise a.fail(f"sums.{s}", _reserved_message(s))
+            if not NAME_RE.match(s):
+                raise a.fail(f"sums.{s}", f"{s!r} is not a valid column name ({NAME_RE.pattern})")
         out.append(AggregateConfig(str(name), a.path("path", default=root / str(name)),  # type: ignore[arg-type]
                                    a.names("group_by", default=()) or (),
                                    a.choice("time_bucket", TIME_BUCKETS, default="none"),

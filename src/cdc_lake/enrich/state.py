@@ -20,11 +20,22 @@
 * **Reset** (:func:`check_reset`): ``--reprocess`` removes only what the job owns; a path to
   delete that holds a Delta table other than the output itself, or is a non-empty folder that is
   not a Delta table, stops the reset before anything is deleted (ConfigError, exit 2).
+* **Owner of each output table** (:func:`check_owners`, run by :func:`check_definitions` before
+  a run and by :func:`check_reset` before ``--reprocess`` deletes). The owner mark is the Delta
+  transaction app id every write of a cdc-lake job carries (``enrich-<pipeline>-...``,
+  ``cdc-<pipeline>-...``, ``dimension-<pipeline>``; read from the table's ``_delta_log``, so it
+  is the same for delta-rs and delta-spark tables). An existing enriched, pending, manifest or
+  aggregate table written by any other writer is not this pipeline's: ConfigError (exit 2)
+  naming the table, its owner and this pipeline, before anything is written or deleted. A table
+  with no mark at all is this pipeline's only when its own records
+  (``enrich_table_versions.json``) list it at that path, or when it holds no rows (created by a
+  run that stopped before its first write: nothing in it to mix or lose).
 
 Example::
 
     check_tables(cfg)                   # before the stream starts (not under --reprocess)
-    check_definitions(cfg)              # ConfigError when an aggregate is new or changed
+    check_definitions(cfg)              # ConfigError when an aggregate is new or changed, or
+                                        # an output table belongs to another pipeline
     record_versions(cfg, {"enriched": 7, "pending": 3, "aggregate:rev": 5})   # per batch
 """
 
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -180,8 +192,13 @@ def record_definitions(cfg: EnrichConfig) -> None:
 
 
 def check_definitions(cfg: EnrichConfig) -> None:
-    """ConfigError (exit 2) when an aggregate is new or changed on a pipeline that already
-    committed batches; records the definitions otherwise (a removed aggregate is dropped)."""
+    """ConfigError (exit 2) when an output table belongs to another pipeline
+    (:func:`check_owners`, checked first: before this writes anything), or an aggregate is new or
+    changed on a pipeline that already committed batches; records the definitions otherwise (a
+    removed aggregate is dropped)."""
+    problems = check_owners(cfg, owned_outputs(cfg))
+    if problems:
+        raise owner_error(cfg, problems, "this run stopped before writing anything")
     now = definitions(cfg)
     if not has_committed(cfg):
         record_definitions(cfg)
@@ -231,7 +248,11 @@ def _nested_tables(folder: Path, own_table: bool) -> list[Path]:
 def check_reset(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> None:
     """Before ``--reprocess`` deletes anything: the checkpoint holds no Delta table, and each
     output to delete is a Delta table (or absent/empty) holding no other table. ConfigError
-    naming the key and the path otherwise; nothing deleted."""
+    naming the key and the path otherwise; nothing deleted. An output table another pipeline
+    owns (:func:`check_owners`) is refused the same way."""
+    owners = check_owners(cfg, outputs)
+    if owners:
+        raise owner_error(cfg, owners, "--reprocess deleted nothing")
     cp = cfg.checkpoint_path
     problems: list[tuple[str, str]] = []
     if cp.is_dir():
@@ -258,3 +279,136 @@ def check_reset(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> None:
             "what this job does not own: " + "; ".join(f"{k}: {m}" for k, m in problems)
             + ". Nothing was deleted. Point the key at a folder of its own (or move the "
             "foreign data away), then run again"))
+
+
+# -- owner of each output table ---------------------------------------------------------------
+# The owner mark: the Delta transaction app id (``txn`` action) every write of a cdc-lake job
+# carries — ``enrich-<pipeline>-<instance>-<table>`` (enrich.writer), ``cdc-<pipeline>-...``
+# (cdc.job), ``dimension-<pipeline>`` (dimensions). Pipeline names match NAME_RE (no '-'), so
+# the second field is the pipeline.
+_APP_ID_RE = re.compile(r"^(cdc|enrich|dimension)-([A-Za-z_][A-Za-z0-9_]*)(?:-|$)")
+_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint(\..+)?\.(parquet|json)$")
+
+
+def owned_outputs(cfg: EnrichConfig) -> list[tuple[str, Path]]:
+    """The output tables only this pipeline writes (and ``--reprocess`` deletes), by YAML key;
+    the quarantine is left out: an append-only log several pipelines may share (rows carry
+    ``pipeline``)."""
+    o = cfg.outputs
+    return [("outputs.enriched", o.enriched), ("outputs.pending", o.pending),
+            ("outputs.manifest", o.manifest),
+            *[(f"outputs.aggregates.{a.name}.path", a.path) for a in o.aggregates]]
+
+
+def _txn_ids_in_json(f: Path, found: set[str]) -> None:
+    try:
+        text = f.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    for line in text.splitlines():
+        if '"txn"' not in line:
+            continue
+        try:
+            app = json.loads(line).get("txn", {}).get("appId")
+        except (ValueError, AttributeError):
+            continue  # a damaged line: the table's own checks report the log
+        if isinstance(app, str):
+            found.add(app)
+
+
+def table_app_ids(table: Path) -> set[str]:
+    """Every Delta transaction app id recorded in the table's log: the newest checkpoint's
+    ``txn`` actions plus those of the JSON commits after it (all commits when there is no
+    readable checkpoint). Read from the files (the Delta protocol), for tables of either engine."""
+    log = table / "_delta_log"
+    try:
+        names = os.listdir(log)
+    except OSError:
+        return set()
+    found: set[str] = set()
+    checkpoints: dict[int, list[str]] = {}
+    for n in names:
+        m = _CHECKPOINT_RE.match(n)
+        if m:
+            checkpoints.setdefault(int(m.group(1)), []).append(n)
+    after = -1
+    if checkpoints:
+        newest = max(checkpoints)
+        try:
+            import pyarrow.parquet as pq
+
+            for n in checkpoints[newest]:
+                if n.endswith(".json"):
+                    _txn_ids_in_json(log / n, found)
+                    continue
+                pf = pq.ParquetFile(log / n)
+                if "txn" not in pf.schema_arrow.names:
+                    continue
+                for row in pf.read(columns=["txn"]).column("txn").to_pylist():
+                    if row and isinstance(row.get("appId"), str):
+                        found.add(row["appId"])
+            after = newest
+        except Exception:  # noqa: BLE001 - an unreadable checkpoint: read every commit instead
+            found.clear()
+            after = -1
+    for n in names:
+        m = _COMMIT_RE.match(n)
+        if m and int(m.group(1)) > after:
+            _txn_ids_in_json(log / n, found)
+    return found
+
+
+def describe_writer(app_id: str) -> str:
+    m = _APP_ID_RE.match(app_id)
+    return (f"pipeline {m.group(2)!r} (kind: {m.group(1)})" if m
+            else f"a writer with Delta app id {app_id!r}")
+
+
+def _holds_rows(path: Path) -> bool:
+    from deltalake import DeltaTable
+
+    try:
+        return bool(DeltaTable(str(path)).file_uris())
+    except Exception:  # noqa: BLE001 - unreadable: assume it holds data
+        return True
+
+
+def check_owners(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> list[tuple[str, str]]:
+    """``(key, problem)`` for each output that is an existing Delta table not owned by this
+    pipeline (see the module doc); [] when every output is absent or this pipeline's."""
+    recorded = {e["path"] for e in recorded_versions(cfg.checkpoint_path).values()}
+    problems: list[tuple[str, str]] = []
+    for key, path in outputs:
+        if not (path / "_delta_log").is_dir():
+            continue
+        ids = table_app_ids(path)
+        foreign = sorted(a for a in ids if (m := _APP_ID_RE.match(a)) is None
+                         or (m.group(1), m.group(2)) != ("enrich", cfg.name))
+        if foreign:
+            owners = sorted({describe_writer(a) for a in foreign})
+            mine = len(foreign) < len(ids)
+            problems.append((key, (
+                f"the Delta table {path} belongs to {' and '.join(owners)}"
+                + (f" and was also written by this pipeline {cfg.name!r}: two pipelines have "
+                   "merged their rows into it" if mine else "")
+                + f" (Delta app ids {', '.join(foreign[:4])}), not to this pipeline {cfg.name!r}")))
+        elif not ids and str(path) not in recorded and _holds_rows(path):
+            problems.append((key, (
+                f"the Delta table {path} holds rows but carries no owner mark (no "
+                f"Delta transaction of a cdc-lake job) and this pipeline's records "
+                f"({cfg.checkpoint_path / VERSIONS_FILE}) do not list it: made by hand, by "
+                f"another tool, or copied without its log; not this pipeline's ({cfg.name!r})")))
+    return problems
+
+
+def owner_error(cfg: EnrichConfig, problems: list[tuple[str, str]], what: str) -> ConfigError:
+    key = problems[0][0]
+    return ConfigError(cfg.file, key, (
+        "an output table of this pipeline is not its own: "
+        + "; ".join(m if i == 0 else f"{k}: {m}" for i, (k, m) in enumerate(problems))
+        + f". Writing into it would mix two pipelines' rows, and `--reprocess` would delete the "
+        f"other's data, so {what}. Give {key} a path of its own in {cfg.file} (pipelines in one "
+        "folder are also checked against each other when Airflow loads the DAGs). A table two "
+        "pipelines have both written holds mixed rows: after giving each its own path, move it "
+        "aside and run each pipeline with --reprocess"))
