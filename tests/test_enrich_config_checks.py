@@ -335,3 +335,9 @@ def test_reprocess_summary_reports_the_snapshot_batch_on_its_own(spark, tmp_path
     human = _cli()._human(s2)
     assert human[0].split(": ", 1)[1].startswith(f"{s2['batches']} batch(es) {s2['batch_ids']}, 0 fact changes")
     assert "--reprocess snapshot (before those batches): 2 facts, 2 enriched" in human[-1]
+    # a fact table at version 0: the stream follows from version 1, it does not read version 0
+    # again after the snapshot (the start was written as 0: "version or -1" took 0 for none)
+    fresh = tmp_path / "v0"
+    _lake(fresh)
+    s3 = run_enrich(load_pipeline(write(fresh, CHANGE_FEED)), spark=spark, run_id="r3", reprocess=True)
+    assert s3["reprocess_snapshot"]["facts_read"] == 1 and s3["facts_read"] == 0, s3

@@ -262,8 +262,8 @@ def _bootstrap(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: s
             boot = EnrichBatch(cfg, engine, instance=f"{instance_id(cp)}-reprocess", run_id=run_id,
                                stats=stats, plan_root=cp / "_reprocess")
             boot(rows, 0)
-        (cp / START_FILE).write_text(json.dumps({"starting_version": (version or -1) + 1}),
-                                     encoding="utf-8")
+        start = 0 if version is None else version + 1  # (version 0 is a version)
+        (cp / START_FILE).write_text(json.dumps({"starting_version": start}), encoding="utf-8")
     shutil.rmtree(cp / "_reprocess", ignore_errors=True)
     (cp / REPROCESS_MARK).unlink(missing_ok=True)
 

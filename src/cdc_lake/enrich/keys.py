@@ -37,6 +37,7 @@ from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.engines.base import Computed, Source, arrow_frame
 from cdc_lake.enrich.config import DimensionConfig, EnrichConfig
 from cdc_lake.enrich.joins import DimensionFrame, join_condition, join_dimensions, members
+from cdc_lake.enrich.normalize import cols
 from cdc_lake.enrich.state import recovery_command
 
 SHOWN = 5  # offending key values named in a message
@@ -99,9 +100,9 @@ def fact_violation(cfg: EnrichConfig, rows: DataFrame, norm: DataFrame, batch_id
     """The error for ``ties`` fact keys with twin changes (``rows``: :func:`normalize.fact_rows`,
     ``norm``: :func:`normalize.latest_per_key`). Runs one Spark job (error path only)."""
     k = list(cfg.fact.keys)
-    twins = norm.where("_tie").select(*k, "_fact_version")
+    twins = norm.where("_tie").select(*cols(k), "_fact_version")
     found = (rows.where(~F.col("_is_delete")).join(twins, [*k, "_fact_version"], "left_semi")
-             .groupBy(*k, "_fact_version").agg(F.count("*").alias("n"))
+             .groupBy(*cols(k), "_fact_version").agg(F.count("*").alias("n"))
              .orderBy(F.col("n").desc(), *k).limit(SHOWN).collect())
     feed = cfg.fact.kind == "change_feed"
     at = "Delta version" if feed else "micro-batch"
@@ -128,9 +129,9 @@ def dimension_violation(cfg: EnrichConfig, cands: DataFrame, fated: DataFrame,
     """The error when the joined rows outnumber the candidates: per dimension (in YAML order)
     the key values (SCD2: and event times) that matched more than one row. Error path only."""
     k = list(cfg.fact.keys)
-    dup = fated.groupBy(*k).agg(F.count("*").alias("__n")).where("__n > 1")
+    dup = fated.groupBy(*cols(k)).agg(F.count("*").alias("__n")).where("__n > 1")
     n_facts = dup.count()
-    sub = cands.join(dup.select(*k).limit(200), k, "left_semi")
+    sub = cands.join(dup.select(*cols(k)).limit(200), k, "left_semi")
     parts = []
     for i, d in enumerate(cfg.dimensions):
         frame = frames[d.name]

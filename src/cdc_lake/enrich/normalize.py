@@ -24,13 +24,19 @@ Example::
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from cdc_lake.checkpoint_log import batch_watermark_ms
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.joins import SCD2_COLUMNS
+
+
+def cols(names: list[str]) -> list[Column]:
+    """Columns by exact name (``fact.keys`` may hold dots or spaces: a bare string would be read
+    as a path into a struct)."""
+    return [F.col("`" + n.replace("`", "``") + "`") for n in names]
 
 CF_META = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -92,7 +98,7 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFra
         null_key = null_key | F.col(f"`{c}`").isNull()
     reason = F.when(null_key, F.lit(f"fact key {k} is null")).otherwise(reason)
     rows = rows.withColumn("_reason", reason)
-    w = Window.partitionBy(*k).orderBy(F.col("_fact_version").desc(), F.col("_is_delete").asc())
+    w = Window.partitionBy(*cols(k)).orderBy(F.col("_fact_version").desc(), F.col("_is_delete").asc())
     # the row after the kept one, in the same window: same version and not a delete = a twin
     tie = ~F.col("_is_delete") & F.coalesce(
         (F.lead("_fact_version").over(w) == F.col("_fact_version"))

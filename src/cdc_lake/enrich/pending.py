@@ -25,6 +25,8 @@ from datetime import datetime, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc_lake.enrich.normalize import cols
+
 ENRICHED_META = ("_unknown_members", "_fact_version", "_enriched_batch", "_dim_versions")
 PENDING_META = ("_missing", "_parked_at", "_fact_version")
 RELEASED = ("enrich", "release", "unknown", "restate")
@@ -98,10 +100,10 @@ def enriched_deletes(fated: DataFrame, deletes: DataFrame, enriched: DataFrame |
     if enriched is None:
         return None
     k = list(keys)
-    gone = (fated.where(F.col("_fate") == "park").select(*k, "_fact_version")
-            .unionByName(deletes.select(*k, "_fact_version")))
-    return (gone.join(enriched.select(*k), k, "left_semi")
-            .select(*k, F.col("_fact_version").cast("bigint").alias("_fact_version"),
+    gone = (fated.where(F.col("_fate") == "park").select(*cols(k), "_fact_version")
+            .unionByName(deletes.select(*cols(k), "_fact_version")))
+    return (gone.join(enriched.select(*cols(k)), k, "left_semi")
+            .select(*cols(k), F.col("_fact_version").cast("bigint").alias("_fact_version"),
                     F.lit(None).cast("bigint").alias("_enriched_batch")))
 
 
@@ -117,8 +119,8 @@ def pending_changes(fated: DataFrame, deletes: DataFrame, pending: DataFrame | N
         F.col("_fact_version").cast("bigint").alias("_fact_version"))
     if pending is None:
         return ups
-    leaving = (fated.where(F.col("_fate").isin("enrich", "release", "unknown")).select(*k)
-               .unionByName(deletes.select(*k)))
-    dels = (pending.select(*k).join(leaving, k, "left_semi")
-            .select(*k, F.lit(None).cast("timestamp").alias("_parked_at")))
+    leaving = (fated.where(F.col("_fate").isin("enrich", "release", "unknown")).select(*cols(k))
+               .unionByName(deletes.select(*cols(k))))
+    dels = (pending.select(*cols(k)).join(leaving, k, "left_semi")
+            .select(*cols(k), F.lit(None).cast("timestamp").alias("_parked_at")))
     return ups.unionByName(dels, allowMissingColumns=True)

@@ -42,10 +42,11 @@ from cdc_lake.enrich import keys as keys_mod
 from cdc_lake.enrich import pending as pd
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensions
-from cdc_lake.enrich.normalize import fact_rows, latest_per_key
+from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_file, read_at,
                                   source_mismatch)
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
+from cdc_lake.enrich.table_types import as_types, fit_table
 
 MANIFEST_SCHEMA = StructType([
     StructField("pipeline", StringType()), StructField("batch_id", LongType()),
@@ -82,9 +83,11 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _no_void(df: DataFrame) -> DataFrame:
-    """Columns of unknown type (a dimension with no table yet) become strings."""
-    return df.select(*[F.col(f"`{f.name}`").cast("string").alias(f.name)
+def _no_void(df: DataFrame, target: StructType | None) -> DataFrame:
+    """Columns of unknown type (a dimension with no table yet) take the target table's type, or
+    string for a column the table does not have yet (table_types widens it later)."""
+    types = {} if target is None else {f.name: f.dataType for f in target.fields}
+    return df.select(*[F.col(f"`{f.name}`").cast(types.get(f.name, StringType())).alias(f.name)
                        if isinstance(f.dataType, NullType) else F.col(f"`{f.name}`")
                        for f in df.schema.fields])
 
@@ -197,15 +200,15 @@ class EnrichBatch:
         phases.mark("read")
         changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie")
         # Guard: a change not newer than the stored version of its fact changes nothing.
-        stored = [df.select(*k, "_fact_version") for df in (enriched0, pending0) if df is not None]
+        stored = [df.select(*cols(k), "_fact_version") for df in (enriched0, pending0) if df is not None]
         if stored:
             s = stored[0] if len(stored) == 1 else stored[0].unionByName(stored[1])
-            s = s.groupBy(*k).agg(F.max("_fact_version").alias("_stored_version"))
+            s = s.groupBy(*cols(k)).agg(F.max("_fact_version").alias("_stored_version"))
             changes = (changes.join(s, k, "left")
                        .where(F.col("_stored_version").isNull()
                               | (F.col("_fact_version") > F.col("_stored_version")))
                        .drop("_stored_version"))
-        new_keys = changes.select(*k)
+        new_keys = changes.select(*cols(k))
         deletes = changes.where("_is_delete").drop("_is_delete")
         ups = changes.where(~F.col("_is_delete")).drop("_is_delete")
         cands = pd.candidates(ups, new_keys, pending0, enriched0, self.keys, set(self.dim_outputs))
@@ -219,7 +222,7 @@ class EnrichBatch:
         phases.mark("join+fate")
 
         upserts = _no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, batch_id,
-                                               dim_versions))
+                                               dim_versions), self.engine.schema(str(cfg.outputs.enriched)))
         dels = pd.enriched_deletes(fated, deletes, enriched0, self.keys)
         self.stats.enriched_upserted += sum(fates.get(f, 0) for f in pd.RELEASED)
         enriched_src = upserts if dels is None else upserts.unionByName(dels, allowMissingColumns=True)
@@ -234,20 +237,26 @@ class EnrichBatch:
                          .when_matched_delete("s._enriched_batch IS NULL")
                          .when_matched_update_all("s._enriched_batch IS NOT NULL")
                          .when_not_matched_insert_all("s._enriched_batch IS NOT NULL"))
-        pend_src = _no_void(pd.pending_changes(fated, deletes, pending0, self.keys, all_fact_cols))
+        pend_src = _no_void(pd.pending_changes(fated, deletes, pending0, self.keys, all_fact_cols),
+                            self.engine.schema(str(cfg.outputs.pending)))
         pending_spec = (MergeSpec(on=self.keys)
                         .when_matched_delete("s._parked_at IS NULL")
                         .when_matched_update_all("s._parked_at IS NOT NULL")
                         .when_not_matched_insert_all("s._parked_at IS NOT NULL"))
         # aggregates: old contribution = the enriched rows this batch replaces or deletes
-        old = None if enriched0 is None else enriched0.join(enriched_src.select(*k), k, "left_semi")
+        # (read at the batch's planned version: in this batch's types if a column was widened since)
+        old = None if enriched0 is None else as_types(
+            enriched0.join(enriched_src.select(*cols(k)), k, "left_semi"), upserts.schema)
         writes: list[tuple[str, Any, DataFrame, MergeSpec | None]] = [
             ("enriched", cfg.outputs.enriched, enriched_src, enriched_spec),
             ("pending", cfg.outputs.pending, pend_src, pending_spec)]
         for a in cfg.outputs.aggregates:
             agg_mod.check_columns(upserts, a, str(cfg.file))
             deltas = agg_mod.aggregate_deltas(old, upserts, a, cfg.event_time)
-            target = self.engine.schema(str(a.path))
+            target = (self.engine.schema(str(a.path))
+                      if self.engine.already_committed(str(a.path), self.txn(f"aggregate:{a.name}", batch_id))
+                      else fit_table(self.engine, cfg, f"aggregate:{a.name}", str(a.path), deltas.schema,
+                                     group_columns=a.group_columns))
             types = {f.name: f.dataType.simpleString() for f in target.fields} if target else {}
             writes.append((f"aggregate:{a.name}", a.path, deltas, agg_mod.merge_spec(a, types)))
         if n_bad:
@@ -324,7 +333,7 @@ class EnrichBatch:
             return None
         if spec is None:
             return source
-        existing = self.engine.schema(str(path))
+        existing = fit_table(self.engine, self.cfg, table, str(path), source.schema)
         if existing is None:
             self.engine.create(str(path), _nullable(source.schema))
             existing = self.engine.schema(str(path))
