@@ -3,7 +3,8 @@
     spark-submit spark_jobs/cdc_ingest.py --pipeline pipelines/shop_maxwell.yaml --run-id r1
 
 Exit codes: 0 ok, 2 config/argument error, 3 stored state needs recovery (damaged checkpoint
-file, table deleted behind the checkpoint; the message gives the command), 4 quarantine threshold
+file, table deleted behind the checkpoint, checkpoint set back behind its tables, a landing file
+appended to after it was read; the message gives the command), 4 quarantine threshold
 exceeded (data written, summary printed; do not retry), 75 pipeline locked by another run,
 1 other failure.
 """

@@ -5,7 +5,8 @@
 
 Exit codes: 0 ok (also: the date is older than the last applied one, or already applied —
 nothing changed, the summary says which), 2 config/argument error, 3 the snapshot is not a valid
-full snapshot (NULL/duplicate keys, a table column missing; do not retry), 66 the snapshot file of
+full snapshot (NULL/duplicate keys, a table column missing, a value the table's column type
+cannot hold exactly; do not retry), 66 the snapshot file of
 that date is missing (the message names the expected path; retried by Airflow, it may still be
 landing), 75 pipeline locked by another run, 1 other failure.
 Prints a human summary and one line ``CDC_RUN_SUMMARY {json}``.

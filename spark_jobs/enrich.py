@@ -5,7 +5,9 @@
 Exit codes: 0 ok, 2 config/argument error, 3 change feed unavailable / upstream rewritten (the
 message names table, versions and the recovery command ``--reprocess``) or an upstream fact /
 dimension table holding two rows for one declared key (nothing written; the message names the
-table, version, key values and the fix), 75 pipeline locked by another run, 1 other failure. Prints a human summary and one line ``ENRICH_RUN_SUMMARY {json}``
+table, version, key values and the fix) or a damaged state file of the checkpoint (named, with its
+recovery), 75 pipeline locked by another run, 1 other failure. Prints a human summary and one
+line ``ENRICH_RUN_SUMMARY {json}``
 (plus the shared ``CDC_RUN_SUMMARY {json}`` line the Airflow operator reads).
 """
 
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_UNAVAILABLE
         if type(e).__name__ == "EnrichNeedsReprocess" or _is_unavailable(e):
             print(f"[enrich] NEEDS REPROCESS: {e}", file=sys.stderr, flush=True)
+            return EXIT_UNAVAILABLE
+        if any(c.__name__ == "PipelineStateError" for c in type(e).__mro__):  # e.g. a damaged
+            print(f"[enrich] NEEDS RECOVERY: {e}", file=sys.stderr, flush=True)  # state file
             return EXIT_UNAVAILABLE
         traceback.print_exc()
         print(f"[enrich] RUN FAILED: {type(e).__name__}: {str(e)[:1000]}", file=sys.stderr, flush=True)

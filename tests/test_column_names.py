@@ -170,3 +170,7 @@ def test_landing_file_with_colon_stops_before_spark(tmp_path, capsys):  # type: 
     assert "'orders_2026-11-26T10:00:00.json'" in msg and "Rename" in msg and "source.path" in msg
     assert "skipped as hidden" in capsys.readouterr().out
     assert not (tmp_path / "lake" / "dots").exists()
+    # a full refresh reads every landed file too: the same stop, before a Spark session
+    with pytest.raises(LandingFileNames):
+        run_pipeline(cfg, spark=None, run_id="colon-full", full_refresh=True)
+    assert not (tmp_path / "lake" / "dots").exists()

@@ -254,6 +254,15 @@ def test_replanned_batch_with_other_offsets_than_its_plan_stops_with_exit_3(spar
     code, out = cli(capsys, yaml, "--run-id", "r4", "--reprocess")
     assert code == 0, out
     assert actual(tmp_path) == truth(tmp_path)
+    # a truncated checkpoint identity file: a state error naming it (exit 3, not 1: Airflow
+    # does not retry it), nothing written
+    (cp / "cdc_instance.json").write_text('{"instance_id": "ab', encoding="utf-8")
+    facts(tmp_path, (9, 10, 12))
+    before = DeltaTable(str(tmp_path / "gold/lines")).version()
+    code, out = cli(capsys, yaml, "--run-id", "r5")
+    assert code == 3, out
+    assert "[enrich] NEEDS RECOVERY" in out and str(cp / "cdc_instance.json") in out, out
+    assert DeltaTable(str(tmp_path / "gold/lines")).version() == before
 
 
 # -- F7 ----------------------------------------------------------------------------------------

@@ -131,7 +131,7 @@ def read_instance_id(checkpoint: Path, recovery: str | None = None) -> str | Non
     data = read_state_file(
         f, INSTANCE_HOLDS,
         recovery or ("restore it from a copy, or write the id back "
-                     f"(`{{\"instance_id\": \"<id>\"}}`, <id> as it ends the txn appId in the "
+                     "(`{\"instance_id\": \"<id>\"}`, <id> as it ends the txn appId in the "
                      "_delta_log of the tables this checkpoint writes)"),
         lambda d: isinstance(d.get("instance_id"), str) and d["instance_id"] != "")
     return None if data is None else str(data["instance_id"])

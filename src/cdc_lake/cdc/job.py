@@ -29,7 +29,8 @@ from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
 from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state, record_tables, record_versions
-from cdc_lake.cdc.backlog import backlog, check_landed_files_unchanged, nothing_new
+from cdc_lake.cdc.backlog import (backlog, check_landed_files_unchanged, check_landing_names,
+                                  nothing_new)
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import FILE_SOURCE_MAX_AGE, ConfigError, class_archive, driver_jit
@@ -139,6 +140,8 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
     if not full_refresh:  # a full refresh neither reads the main checkpoint nor needs the tables
         check_state(cfg)  # damaged checkpoint file / table deleted behind its back: stop, say how
         check_landed_files_unchanged(cfg)  # appended to after it was read: never read again
+    else:  # (the incremental path checks file names in check_landed_files_unchanged)
+        check_landing_names(cfg)  # a ':' in a file name fails Hadoop's read of every file
     fast_engine = None if full_refresh else _fast_path_engine(cfg, spark)
     if fast_engine is not None and nothing_new(cfg):
         # Nothing the file source would pick up: no Spark session, no query, no commit.
