@@ -144,16 +144,19 @@ def test_broken_config_is_an_import_error_naming_file_and_key(monkeypatch, tmp_p
 
 
 def test_every_broken_file_is_listed_and_duplicates_are_caught(monkeypatch, tmp_path):
-    write_pipeline(tmp_path, "good_one")
+    g = write_pipeline(tmp_path, "good_one")
+    write_pipeline(tmp_path, "other")
     a = write_pipeline(tmp_path, "bad_a", extra="retries: -1\n")
-    b = write_pipeline(tmp_path, "good_one", file="zz_copy_of_good.yaml")  # sorts after good_one.yaml
+    # a copy left with the original's name, sorting first: it must not take over the DAG
+    b = write_pipeline(tmp_path, "good_one", file="a_copy_of_good.yaml")
 
     bag = load_bag(monkeypatch, tmp_path)
 
-    assert bag.dag_ids == ["good_one"]
+    assert bag.dag_ids == ["other"]  # neither of the two files named good_one is loaded
     message = bag.import_errors[CHECK_FILE]
     assert f"{a}: retries: expected an integer >= 0, got -1" in message
-    assert f"{b}: pipeline: duplicate pipeline name 'good_one'" in message
+    assert f"{b}: pipeline: duplicate pipeline name 'good_one' (also in {g})" in message
+    assert f"{g}: pipeline: duplicate pipeline name 'good_one' (also in {b})" in message
 
 
 def test_missing_pipelines_folder_is_an_import_error(monkeypatch, tmp_path):

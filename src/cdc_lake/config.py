@@ -393,14 +393,19 @@ def load_all(directory: str | os.PathLike[str]) -> tuple[list[Any], list[ConfigE
             ok.append(load_pipeline(f))
         except ConfigError as e:
             bad.append(e)
-    names: dict[str, Path] = {}
-    for cfg in list(ok):
-        if cfg.name in names:
-            bad.append(ConfigError(cfg.file, "pipeline", f"duplicate pipeline name {cfg.name!r} "
-                                   f"(also in {names[cfg.name]})"))
-            ok.remove(cfg)
-        else:
-            names[cfg.name] = cfg.file
+    # One name in two files: both are refused (keeping the first by file order let a copied
+    # YAML with the name left unchanged take over the DAG of the original).
+    by_name: dict[str, list[Any]] = {}
+    for cfg in ok:
+        by_name.setdefault(cfg.name, []).append(cfg)
+    for name, same in by_name.items():
+        if len(same) > 1:
+            for cfg in same:
+                others = ", ".join(str(c.file) for c in same if c is not cfg)
+                bad.append(ConfigError(cfg.file, "pipeline", (
+                    f"duplicate pipeline name {name!r} (also in {others}): neither pipeline is "
+                    "loaded; give each file its own pipeline name")))
+                ok.remove(cfg)
     clashes = check_shared_paths(ok)
     bad.extend(clashes)
     refused = {e.file for e in clashes}
