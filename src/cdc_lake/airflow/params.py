@@ -177,6 +177,8 @@ def _validate_tables(value: Any, table_names: Sequence[str]) -> tuple[str, ...]:
 def _validate_max_files(value: Any) -> int | None:
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema's "integer" (the Param's check) accepts 5.0: so do we
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRunParam("max_files_per_trigger", value, "must be an integer (not a string or float)")
     if not 1 <= value <= MAX_FILES_PER_TRIGGER_LIMIT:
