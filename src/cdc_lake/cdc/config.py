@@ -24,6 +24,7 @@ from cdc_lake.config import (FULL_JIT_FROM_MB, NAME_RE, TRIGGERS, TYPE_RE, Confi
                              DeltaSparkSettings, Reader, Schedule, parse_maintenance, parse_runtime,
                              parse_schedule)
 from cdc_lake.locks import LockSettings
+from cdc_lake.paths import overlap
 from cdc_lake.quarantine_limits import QuarantineLimits, parse_quarantine_limits
 
 FORMATS = ("debezium", "maxwell", "canal")
@@ -251,8 +252,7 @@ def _check_own_paths(file: Path, tables: dict[str, TableConfig], landing: Path, 
     folder (compared after resolving symlinks and ``..``); the side paths likewise among
     themselves. A table sharing a side table's folder loses its rows: the side-table append
     and the table's MERGE carry the same transaction id, so the second write is skipped as done.
-    (The overlap rule is the enrichment kind's: :func:`cdc_lake.enrich.config._overlap`.)"""
-    from cdc_lake.enrich.config import _overlap
+    (The overlap rule: :func:`cdc_lake.paths.overlap`.)"""
 
     owned = [(f"tables.{t.name}.path" + (" (default: storage.root/<table name>)"
                                           if t.path == root / t.name else ""), t.path)
@@ -261,7 +261,7 @@ def _check_own_paths(file: Path, tables: dict[str, TableConfig], landing: Path, 
     resolved = [(k, p, Path(p).resolve()) for k, p in owned]
     for i, (key, path, rp) in enumerate(resolved):
         for other_key, other, ro in [(*landing_key, Path(landing).resolve()), *resolved[i + 1:]]:
-            how = _overlap(rp, ro)
+            how = overlap(rp, ro)
             if how is None:
                 continue
             raise ConfigError(file, key, (

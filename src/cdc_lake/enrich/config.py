@@ -23,6 +23,7 @@ from typing import Any, Literal
 from cdc_lake.config import (NAME_RE, TRIGGERS, ConfigError, DeltaSparkSettings, Reader, Schedule,
                              parse_runtime, parse_schedule)
 from cdc_lake.locks import LockSettings
+from cdc_lake.paths import overlap
 
 _DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -300,17 +301,6 @@ def _aggregates(o: Reader, root: Path) -> tuple[AggregateConfig, ...]:
     return tuple(out)
 
 
-def _overlap(a: Path, b: Path) -> str | None:
-    """How two resolved paths overlap: 'is', 'lies inside', 'contains', or None (disjoint)."""
-    if a == b:
-        return "is"
-    if b in a.parents:
-        return "lies inside"
-    if a in b.parents:
-        return "contains"
-    return None
-
-
 def check_disjoint_paths(file: Path, owned: list[tuple[str, Path]],
                          inputs: list[tuple[str, Path]]) -> None:
     """Every path the job writes (and ``--reprocess`` deletes) must be disjoint from every input
@@ -322,7 +312,7 @@ def check_disjoint_paths(file: Path, owned: list[tuple[str, Path]],
     ins = [(k, p, Path(p).resolve()) for k, p in inputs]
     for i, (key, path, rp) in enumerate(resolved):
         for other_key, other, ro in ins + resolved[i + 1:]:
-            how = _overlap(rp, ro)
+            how = overlap(rp, ro)
             if how is None:
                 continue
             what = ("the input table" if (other_key, other, ro) in ins

@@ -1,0 +1,94 @@
+"""Paths a pipeline writes, and the rule that no two writers share one (any kind).
+
+A table, checkpoint or output folder written by two pipelines, or by one pipeline under two
+keys, loses data: both runs MERGE into one table, a side-table append and a table MERGE carry the
+same transaction id (the second is skipped as done), ``--reprocess`` / ``--full-refresh`` of one
+deletes the other's data. :func:`overlap` is the one rule (compared after resolving symlinks and
+``..``); each kind's config applies it to its own paths, :func:`check_shared_paths` across the
+pipelines of a folder (``config.load_all``, the DAG import).
+
+Example::
+
+    overlap(Path("/lake/_quarantine"), Path("/lake"))   # 'lies inside'
+    errors = check_shared_paths([cfg_a, cfg_b])         # one ConfigError per pipeline involved
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cdc_lake.config import ConfigError
+
+
+def written_paths(cfg: Any) -> list[tuple[str, Path, str | None]]:
+    """Everything a pipeline of any kind writes (and may delete: ``--reprocess``,
+    ``--full-refresh``), as ``(dotted key, path, log)``; ``log`` names an append-only log table
+    that pipelines may share (``quarantine``, ``ddl_log``: rows carry the pipeline), else None."""
+    kind = getattr(cfg, "kind", "cdc")
+    out: list[tuple[str, Path, str | None]] = [("storage.checkpoint", cfg.checkpoint_path, None)]
+    if kind == "enrich":
+        o = cfg.outputs
+        out += [("outputs.enriched", o.enriched, None), ("outputs.pending", o.pending, None),
+                ("outputs.manifest", o.manifest, None), ("outputs.quarantine", o.quarantine, "quarantine")]
+        out += [(f"outputs.aggregates.{a.name}.path", a.path, None) for a in o.aggregates]
+    elif kind == "dimension":
+        out = [("storage.state", cfg.checkpoint_path, None), ("table", cfg.table, None)]
+    else:
+        for t in cfg.tables.values():
+            out += [(f"tables.{t.name}.path", t.path, None),
+                    (f"tables.{t.name} (its tombstone table)", cfg.tombstone_path(t.name), None)]
+        out += [("storage.quarantine", cfg.quarantine_path, "quarantine"),
+                ("storage.ddl_log", cfg.ddl_log_path, "ddl_log"),
+                ("storage.root (full-refresh staging)", cfg.lake_root / "_staging" / cfg.name, None)]
+        capture = getattr(cfg, "capture", None)
+        if capture is not None:
+            out.append(("source.path (written by capture)", cfg.landing_path, None))
+            if capture.state_path is not None:
+                out.append(("capture.state", capture.state_path, None))
+    out.append(("storage.runs", cfg.runs_path / cfg.name, None))
+    return out
+
+
+def overlap(a: Path, b: Path) -> str | None:
+    """How two resolved paths overlap: ``'is'``, ``'lies inside'``, ``'contains'``, or None
+    (disjoint). Example: ``overlap(Path("/l/t"), Path("/l"))`` -> ``'lies inside'``."""
+    if a == b:
+        return "is"
+    if b in a.parents:
+        return "lies inside"
+    if a in b.parents:
+        return "contains"
+    return None
+
+
+def check_shared_paths(configs: list[Any]) -> list[ConfigError]:
+    """Two pipelines must not write one path, nor one inside the other: outputs, checkpoints,
+    tables of any kind (compared after resolving symlinks and ``..``). Otherwise both runs merge
+    into one table and ``--reprocess``/``--full-refresh`` of one deletes the other's data (seen:
+    two enrichment pipelines in one folder with an aggregate of one name shared
+    ``<root>/<name>``). Only a shared append-only log (``quarantine`` with ``quarantine``,
+    ``ddl_log`` with ``ddl_log``) may be the same path. One :class:`ConfigError` per pipeline
+    involved, naming both YAML files, both keys and the paths."""
+    claims = [(cfg, [(k, p, Path(p).resolve(), log) for k, p, log in written_paths(cfg)])
+              for cfg in configs]
+    errors: list[ConfigError] = []
+    for i, (a, pa) in enumerate(claims):
+        for b, pb in claims[i + 1:]:
+            hit = next(((ka, ra, how, kb, rb) for ka, _, ra, la in pa for kb, _, rb, lb in pb
+                        if (how := overlap(ra, rb)) is not None
+                        and not (how == "is" and la is not None and la == lb)), None)
+            if hit is None:
+                continue
+            ka, ra, how, kb, rb = hit
+            back = {"is": "is", "lies inside": "contains", "contains": "lies inside"}[how]
+            for (me, key, mine, verb), (other, okey, theirs) in (
+                    ((a, ka, ra, how), (b, kb, rb)), ((b, kb, rb, back), (a, ka, ra))):
+                errors.append(ConfigError(me.file, key, (
+                    f"{mine} {verb} {'the path' if verb == 'is' else theirs} that pipeline "
+                    f"{other.name!r} ({other.file}) writes as {okey}: two pipelines must not write "
+                    "one table or folder, nor one inside the other (both runs would merge into "
+                    "one table, and --reprocess or --full-refresh of one would delete the "
+                    f"other's data). Give one of them a path of its own (this file's {key} or "
+                    f"{other.file.name}'s {okey}); neither pipeline's DAG is loaded until then")))
+    return errors
