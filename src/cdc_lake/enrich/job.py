@@ -142,6 +142,10 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
 
     def handler(df: DataFrame, batch_id: int) -> None:
         try:
+            if _empty_first_batch(cfg, engine, batch_id):
+                print(f"[enrich] batch {batch_id}: no fact change (Spark plans a first batch "
+                      "at the start offset); nothing to do", flush=True)
+                return
             if guard is not None:
                 guard(df)
             if driver_read is not None:
@@ -167,6 +171,23 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
             _raise_unavailable(cfg, e)
         raise
     return [json.loads(p.json) for p in query.recentProgress]
+
+
+def _empty_first_batch(cfg: EnrichConfig, engine: Engine, batch_id: int) -> bool:
+    """Spark runs a stream's batch 0 even when its end offset is the source's initial offset
+    (no committed offset to compare with): after a ``--reprocess`` snapshot with nothing newer
+    in the change feed, that batch holds no fact change. Running it would re-join (and, after
+    ``late_members.wait``, release) pending facts although nothing new arrived: a run with
+    nothing new changes nothing. deltalake change feed only (its offsets are read here)."""
+    if batch_id != 0 or cfg.fact.kind != "change_feed" or engine.name != "deltalake":
+        return False
+    from cdc_lake.checkpoint_log import batch_source_offsets
+
+    span = batch_source_offsets(cfg.checkpoint_path, 0)
+    if span is None or not isinstance(span[1], dict):
+        return False
+    first = _start_version(cfg) or 0
+    return span[1].get("version") == first - 1
 
 
 def _delta_spark_guard(cfg: EnrichConfig, engine: Engine) -> Callable[[DataFrame], None] | None:
