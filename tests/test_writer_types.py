@@ -132,6 +132,30 @@ def test_split_history_equals_one_batch_and_widens_instead_of_truncating(spark, 
                "exactly (would be stored as 1.23)" in r for r in reasons), reasons
 
 
+def test_a_bad_value_does_not_keep_a_valid_one_from_widening_the_column(spark, tmp_path):
+    """bigint column; a batch holding 10.5 (a lossless widening to decimal) and "n/a" (no
+    number): the column widens and 10.5 is stored, "n/a" alone is quarantined (before, the
+    batch's mixed kinds typed the values as text: no widening, both quarantined)."""
+    cfg = _pipeline(tmp_path, "mixed")
+    _land(cfg, "a.json", [_ev(1, "insert", id=1, amt="10")])
+    assert run_pipeline(cfg, spark=spark, run_id="m1")["status"] == "succeeded"
+    _land(cfg, "b.json", [_ev(2, "insert", id=2, amt="10.5"), _ev(3, "insert", id=3, amt="n/a"),
+                          _ev(4, "insert", id=4, amt="7")])
+    s = run_pipeline(cfg, spark=spark, run_id="m2")
+    types, rows = _scd1(cfg.tables["orders"].path)
+    assert types["amt"] == "decimal(38,10)", types
+    assert rows == {1: Decimal("10"), 2: Decimal("10.5"), 4: Decimal("7")}, rows
+    assert s["quarantined"] == 1, s
+    q = [r for r in DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().to_pylist() if r["run_id"] == "m2"]
+    assert len(q) == 1 and '"n/a"' in q[0]["reason"] and "amt" in q[0]["reason"], q
+    # numbers that need no widening next to a bad value: the type stays, the bad value goes
+    _land(cfg, "c.json", [_ev(5, "insert", id=5, amt="3"), _ev(6, "insert", id=6, amt="x")])
+    s = run_pipeline(cfg, spark=spark, run_id="m3")
+    types, rows = _scd1(cfg.tables["orders"].path)
+    assert types["amt"] == "decimal(38,10)" and rows[5] == Decimal("3") and 6 not in rows
+    assert s["quarantined"] == 1, s
+
+
 @pytest.mark.parametrize("existing, incoming, expected", [
     ("bigint", "decimal(38,10)", "decimal(38,10)"),   # the issue's case
     ("int", "bigint", "bigint"),

@@ -36,6 +36,9 @@ class ObservedColumn:
     hint: str | None
     all_dates: bool
     all_timestamps: bool
+    # merged kind of the column's numeric values alone, when the batch also holds values of
+    # other kinds (10.5 and "n/a"): decides a widening of an existing numeric column only
+    numeric_type: str | None = None
 
 
 def from_canal(mysql_type: str) -> ColumnType | None:

@@ -205,6 +205,42 @@ def _temporal(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, st
     return {tc: (bool(row[2 * i]), bool(row[2 * i + 1])) for i, tc in enumerate(names)}
 
 
+def _is_numeric(kind: str | None) -> bool:
+    k = (kind or "").upper()
+    return k in ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE") or k.startswith("DECIMAL")
+
+
+def _type_of(schema: StructType | None, column: str) -> str | None:
+    low = column.lower()
+    return next((f.dataType.simpleString() for f in (schema.fields if schema else [])
+                 if f.name.lower() == low), None)
+
+
+def _numeric_kinds(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, str], str]:
+    """For columns of an existing numeric type whose batch values are of mixed kinds (10.5 and
+    "n/a"): the merged kind of the numeric values alone (one Spark job for all of them), so
+    that a bad value does not keep a valid one from widening the column. Run only for such
+    columns (rare); the bad values are still quarantined one by one."""
+    if not wanted:
+        return {}
+    numbers, names = [], []
+    for target, cols in wanted.items():
+        mine = F.col("_target") == target
+        for c in cols:
+            v = F.try_variant_get("row", variant_path(c), "variant")
+            kind = F.upper(F.schema_of_variant(v))
+            numeric = (kind.isin("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
+                       | kind.startswith("DECIMAL"))
+            numbers.append(F.when(mine & numeric, v).alias(f"k{len(names)}"))
+            names.append((target, c))
+    row = (ev.where((F.col("_kind") == "row") & F.col("_error").isNull()
+                    & F.col("_target").isin(list(wanted)))
+           .select(*numbers)
+           .agg(*[F.expr(f"schema_of_variant_agg(k{i})") for i in range(len(names))]).first())
+    return {tc: str(row[i]) for i, tc in enumerate(names)
+            if row[i] is not None and _is_numeric(str(row[i]))}
+
+
 RESERVED = (*ch.META, *ch.SCD2_META)
 
 
@@ -281,7 +317,9 @@ def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColum
         configured, current = types.get(c), existing_types.get(c)
         if current is not None and configured is None and c in observed:
             # the batch alone would pick `natural`: widen the column when that is lossless
-            natural = resolve(obs, configured=None, existing=None, fmt=fmt, infer_temporal=temporal)
+            numbers = obs if obs.numeric_type is None else ObservedColumn(
+                c, obs.numeric_type, None, False, False)  # a bad value does not block a widening
+            natural = resolve(numbers, configured=None, existing=None, fmt=fmt, infer_temporal=temporal)
             wider = widen(current, natural.sql) if natural is not None else None
             if wider is not None:
                 widened[c] = current = wider
@@ -308,6 +346,16 @@ def observe(ev: DataFrame, seen: Survey, cfg: PipelineConfig,
     hints = _hints(ev, cfg.source_format, present) if present else {}
     observed = {n: {c: ObservedColumn(c, t, hints.get(n, {}).get(c), False, False)
                     for c, t in seen.variant_types(n).items()} for n in present}
+    pks = seen.pks
+    keys = {n: {k.lower() for k in (cfg.tables[n].keys or pks.get(n) or ())} for n in present}
+    mixed = {n: [c for c, o in observed[n].items() if c not in cfg.tables[n].types
+                 and c.lower() not in keys[n]  # a key column: a bad key still blocks it
+                 and not _is_numeric(o.variant_type) and o.variant_type != "VOID"
+                 and existing[n] is not None and _is_numeric(_type_of(existing[n], c))]
+             for n in present}
+    for (n, c), t in _numeric_kinds(ev, {n: cs for n, cs in mixed.items() if cs}).items():
+        o = observed[n][c]
+        observed[n][c] = ObservedColumn(c, o.variant_type, o.hint, o.all_dates, o.all_timestamps, t)
     if cfg.infer_temporal:
         wanted = {n: [c for c, o in observed[n].items()
                       if o.variant_type == "STRING" and not o.hint
