@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from cdc_lake.config import ConfigError, load_all, load_pipeline
 
@@ -276,6 +276,39 @@ def test_preflight_refuses_an_unparsable_events_type(spark, tmp_path: Path) -> N
     with pytest.raises(ConfigError) as e:
         run_enrich(cfg, spark=spark, run_id="r1")
     assert str(e.value).startswith(f"{cfg.file}: fact.events.schema.qty: 'bigintt' is not a Spark SQL type")
+
+
+def test_fact_columns_named_like_the_jobs_working_columns_are_refused(spark, tmp_path: Path) -> None:
+    """Before: a fact column `_reason` was silently left out of the enriched table (exit 0),
+    `_origin` / `_fact_version` failed mid-batch with AMBIGUOUS_REFERENCE, `_missing` with a
+    delta-rs duplicate-field error (exit 1). A fact column `count` is fine."""
+    from cdc_lake.enrich.job import run_enrich
+
+    ts = datetime(2026, 1, 2, 10, tzinfo=timezone.utc)
+    for col in ("_Reason", "_origin", "count"):
+        lake = tmp_path / col
+        write_deltalake(str(lake / "facts"), pa.table({
+            "line_id": [1], "product_id": [1], col: [7], "qty": [2], "price": pa.array([1.5]),
+            "ts": pa.array([ts], pa.timestamp("us", tz="UTC"))}), configuration=CDF)
+        write_deltalake(str(lake / "products"), pa.table({"id": [1], "name": ["apple"], "cat": ["fruit"]}),
+                        configuration=CDF)
+        cfg = load_pipeline(write(lake, CHANGE_FEED))
+        if col == "count":
+            run_enrich(cfg, spark=spark, run_id="r1")
+            enriched = DeltaTable(str(lake / "gold" / "lines")).to_pyarrow_table().to_pylist()
+            assert [r["count"] for r in enriched] == [7]
+            continue
+        with pytest.raises(ConfigError) as e:
+            run_enrich(cfg, spark=spark, run_id="r1")
+        msg = str(e.value)
+        assert e.value.key == "fact.change_feed" and f"['{col}']" in msg and f"['{col.lower()}']" in msg, msg
+        assert not (lake / "gold" / "lines").exists() and not (cfg.checkpoint_path / "offsets").exists()
+    # the events schema is checked at load
+    refused(write(tmp_path, edit(EVENTS, "qty: bigint", "qty: bigint, _fate: string")),
+            "fact.events.schema", "['_fate']")
+    # a dimension output named like a working column: refused at load as before for job columns
+    refused(write(tmp_path, edit(CHANGE_FEED, "category: cat", "_tie: cat")),
+            "dimensions.products.columns._tie", "reserved")
 
 
 def _cli():  # type: ignore[no-untyped-def]

@@ -33,12 +33,30 @@ TIME_BUCKETS = ("day", "hour", "none")
 # Compared case-insensitively (:func:`reserved`): Spark resolves column names so, and a dimension
 # output `_Fact_Version` failed the batch with AMBIGUOUS_REFERENCE.
 RESERVED = ("_unknown_members", "_fact_version", "_enriched_batch", "_dim_versions", "_missing",
-            "_parked_at", "count", "_group_key")
+            "_parked_at", "count", "_group_key",
+            # working columns of a batch (normalize, joins, pending, writer): a fact column of
+            # one of these names failed the batch (AMBIGUOUS_REFERENCE, a UNION mismatch) or was
+            # silently left out of the enriched table (`_reason`)
+            "_is_delete", "_fate", "_bad", "_tie", "_reason", "_prev_missing", "_origin",
+            "_stored_version", "_rn", "__n", "__versions", "__sum")
+# Output columns only (the aggregates' count / group key): a fact column may be named so.
+_AGGREGATE_ONLY = ("count", "_group_key")
+_JOIN_HELPER = re.compile(r"^__d\d+_(k_\d+|hit|vf|vt)$")  # enrich.joins, per dimension
 
 
 def reserved(name: str) -> str | None:
     """The job column ``name`` is (any case), or None."""
-    return next((r for r in RESERVED if r == name.lower()), None)
+    low = name.lower()
+    if _JOIN_HELPER.match(low):
+        return low
+    return next((r for r in RESERVED if r == low), None)
+
+
+def reserved_fact_column(name: str) -> str | None:
+    """The job column a fact column ``name`` would collide with (any case), or None (the
+    aggregates' ``count`` / ``_group_key`` are no fact-side columns)."""
+    r = reserved(name)
+    return None if r in _AGGREGATE_ONLY else r
 
 
 def _reserved_message(name: str) -> str:

@@ -20,6 +20,7 @@ import re
 from typing import TYPE_CHECKING
 
 from cdc_lake.config import ConfigError
+from cdc_lake.enrich.config import RESERVED, reserved_fact_column
 
 if TYPE_CHECKING:
     from cdc_lake.enrich.config import AggregateConfig, EnrichConfig
@@ -101,6 +102,15 @@ def check_columns(cfg: EnrichConfig, fact_columns: list[str], fact_label: str) -
     fact columns were read (the events schema in the YAML, or the Delta table and version)."""
     file = cfg.file
     have = f"the fact's columns ({fact_label}): {sorted(fact_columns)}"
+    clash = [c for c in fact_columns if reserved_fact_column(c)]
+    if clash:
+        key = "fact.events.schema" if cfg.fact.kind == "events" else "fact.change_feed"
+        raise ConfigError(file, key, (
+            f"the fact's column(s) {clash} ({fact_label}) have the names of columns the job adds "
+            f"while it works (compared ignoring case, as Spark resolves names; "
+            f"{[reserved_fact_column(c) for c in clash]}): the batch would fail or lose the "
+            "column. Rename them upstream (a view or the producer); the job's columns: "
+            f"{', '.join(r for r in RESERVED if r not in ('count', '_group_key'))}"))
     missing = [k for k in cfg.fact.keys if k not in fact_columns]
     if missing:
         raise ConfigError(file, "fact.keys", f"{missing} are not columns of the fact"
