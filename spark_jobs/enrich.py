@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         if any(c.__name__ == "PipelineStateError" for c in type(e).__mro__):  # e.g. a damaged
             print(f"[enrich] NEEDS RECOVERY: {e}", file=sys.stderr, flush=True)  # state file
             return EXIT_UNAVAILABLE
+        if type(e).__name__ == "FactTableMissing":  # upstream not there yet: retried, no traceback
+            print(f"[enrich] FACT TABLE NOT FOUND: {e}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
         traceback.print_exc()
         print(f"[enrich] RUN FAILED: {type(e).__name__}: {str(e)[:1000]}", file=sys.stderr, flush=True)
         return EXIT_FAILED

@@ -311,6 +311,23 @@ def test_fact_columns_named_like_the_jobs_working_columns_are_refused(spark, tmp
             "dimensions.products.columns._tie", "reserved")
 
 
+def test_a_missing_fact_table_fails_cleanly_before_anything_is_read(spark, tmp_path: Path, capsys) -> None:
+    """Enrichment scheduled before the CDC run that creates its fact table: exit 1 (Airflow
+    retries), one line naming the table and the YAML key, no traceback (was a
+    FileNotFoundError traceback from inside the stream start); --reprocess resets nothing."""
+    _lake(tmp_path)
+    import shutil
+
+    shutil.rmtree(tmp_path / "facts")
+    f = write(tmp_path, CHANGE_FEED)
+    for extra in ([], ["--reprocess"]):
+        assert _cli().main(["--pipeline", str(f), "--run-id", "r1", *extra]) == 1
+        err = capsys.readouterr().err
+        assert f"[enrich] FACT TABLE NOT FOUND: pipeline lines: the fact table {tmp_path / 'facts'} " \
+               f"(fact.change_feed in {f}) does not exist" in err, err
+        assert "Traceback" not in err and not (tmp_path / "gold" / "lines").exists()
+
+
 def _cli():  # type: ignore[no-untyped-def]
     """spark_jobs/enrich.py as a module (its main() maps exceptions to exit codes)."""
     import importlib.util

@@ -71,6 +71,11 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine) -> DataF
                             recovery=_recovery(cfg))
 
 
+class FactTableMissing(RuntimeError):
+    """The change-feed fact table does not exist: the run fails before reading or writing
+    (exit 1, retried by Airflow: the upstream pipeline may create it)."""
+
+
 def _start_version(cfg: EnrichConfig) -> int | None:
     p = cfg.checkpoint_path / START_FILE
     return int(json.loads(p.read_text(encoding="utf-8"))["starting_version"]) if p.is_file() else None
@@ -101,6 +106,12 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
             spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
             engine = select_engine(spark, cfg.engine)
             preflight(spark, cfg, engine)  # YAML vs the tables' schemas / Spark SQL: exit 2
+            if cfg.fact.kind == "change_feed" and not engine.exists(str(cfg.fact.change_feed)):
+                raise FactTableMissing(
+                    f"pipeline {cfg.name}: the fact table {cfg.fact.change_feed} (fact.change_feed "
+                    f"in {cfg.file}) does not exist (yet): run the pipeline that writes it first "
+                    "(its first run creates it), or correct the path. Nothing was read or written"
+                    + (", nothing reset" if reprocess else ""))
             if reprocess:
                 _reset(cfg, engine)
             elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
