@@ -350,7 +350,7 @@ def observe(ev: DataFrame, seen: Survey, cfg: PipelineConfig,
     keys = {n: {k.lower() for k in (cfg.tables[n].keys or pks.get(n) or ())} for n in present}
     mixed = {n: [c for c, o in observed[n].items() if c not in cfg.tables[n].types
                  and c.lower() not in keys[n]  # a key column: a bad key still blocks it
-                 and not _is_numeric(o.variant_type) and o.variant_type != "VOID"
+                 and o.variant_type == "VARIANT" and not o.hint  # values of mixed kinds
                  and existing[n] is not None and _is_numeric(_type_of(existing[n], c))]
              for n in present}
     for (n, c), t in _numeric_kinds(ev, {n: cs for n, cs in mixed.items() if cs}).items():
