@@ -200,6 +200,18 @@ def test_read_as_of_a_version_is_that_snapshot(spark, engine, tmp_path):
     assert engine.read(str(tmp_path / "nope"), version=0) is None
 
 
+@pytest.mark.parametrize("folder", ["with space", "unicode_é"])
+def test_tables_under_folders_with_special_characters(spark, engine, tmp_path, folder):
+    """delta-rs returns percent-encoded file URIs: handed to Spark as they are, a table under
+    `with space/` was written once and then failed every read (PATH_NOT_FOUND, tester). (A
+    folder named with `%` is beyond delta-rs 1.6.6 itself: it decodes `a%20b` to `a b`.)"""
+    path = str(tmp_path / folder / "t")
+    engine.merge(path, _df(spark, [(1, "x", None, "1")]), SPEC, txn=Txn("s", 1))
+    engine.merge(path, _df(spark, [(2, "y", None, "1")]), SPEC, txn=Txn("s", 2))
+    assert sorted((r["id"], r["name"]) for r in _rows(engine, path)) == [(1, "x"), (2, "y")]
+    assert (tmp_path / folder / "t" / "_delta_log").is_dir()
+
+
 def test_read_missing_table_is_none(spark, engine, tmp_path):
     assert engine.read(str(tmp_path / "nope")) is None
     assert engine.count(str(tmp_path / "nope")) == 0

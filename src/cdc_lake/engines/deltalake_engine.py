@@ -71,7 +71,7 @@ class DeltaRsEngine(Engine):
         features = set(dt.protocol().reader_features or [])
         if features & _UNSUPPORTED_READER_FEATURES:
             return self.spark.createDataFrame(dt.to_pyarrow_table())
-        files = dt.file_uris()
+        files = [_hadoop_path(u) for u in dt.file_uris()]
         if not files:
             return empty_frame(self.spark, schema)
         return self.spark.read.schema(schema).parquet(*files)
@@ -197,6 +197,21 @@ class DeltaRsEngine(Engine):
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]:
         dt = self._table(path)
         return dt.history(limit) if dt else []
+
+
+def _hadoop_path(uri: str) -> str:
+    """A delta-rs file URI as the path string Spark's reader takes: delta-rs percent-encodes
+    the path (``/lake/with%20space/part-0.parquet``, ``s3://b/with%20space/...``) and Hadoop's
+    ``Path`` reads ``%20`` literally (PATH_NOT_FOUND for a table under a folder with a space or
+    a non-ASCII character); Hadoop quotes the decoded path itself."""
+    from urllib.parse import unquote, urlsplit
+
+    if "%" not in uri:
+        return uri
+    parts = urlsplit(uri)
+    if not parts.scheme or len(parts.scheme) == 1:  # a local path (or a Windows drive letter)
+        return unquote(uri)
+    return f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
