@@ -301,6 +301,57 @@ def test_replayed_batch_changes_nothing_and_crash_between_writes_never_double_co
     assert stats.skipped_writes >= 4  # enriched (x2), aggregate, manifest
 
 
+def test_a_lost_or_damaged_plan_of_a_batch_that_wrote_stops_it(spark, tmp_path: Path, monkeypatch) -> None:
+    """The plan of a batch killed after its enriched write, damaged or deleted by hand: exit 3
+    (EnrichNeedsReprocess naming the file); before, a damaged one was a bare JSONDecodeError and
+    a deleted one was planned again at the versions holding the batch's own write, so the replay
+    took its changes for old ones and the aggregate missed them, exit 0 (tester). A damaged plan
+    of a batch that wrote nothing is planned again."""
+    from cdc_lake.enrich.plan import plan_file
+    from cdc_lake.enrich.state import EnrichNeedsReprocess
+
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    lake.create("facts", lines((1, 1, 2, "1.50", "2026-01-02T10:00:00")))
+    base(lake)
+    lake.feed()
+    lake.upsert("facts", lines((1, 1, 4, "1.50", "2026-01-02T10:00:00")), "line_id")
+
+    class Crash(Exception):
+        pass
+
+    def crash_after_enriched(name: str) -> None:
+        if name == "enrich:after:enriched":
+            raise Crash(name)
+
+    monkeypatch.setattr(writer_mod, "crash_point", crash_after_enriched)
+    with pytest.raises(Crash):
+        lake.feed()
+    monkeypatch.undo()
+    plan = plan_file(lake.cfg.checkpoint_path, 1)
+    good = plan.read_text(encoding="utf-8")
+    for damage in ("garbage{", None):
+        if damage is None:
+            plan.unlink()
+        else:
+            plan.write_text(damage, encoding="utf-8")
+        lake.fed, lake.batch_id = 0, 1
+        with pytest.raises(EnrichNeedsReprocess) as e:
+            lake.feed()
+        msg = str(e.value)
+        assert str(plan) in msg and ("unreadable" if damage else "missing") in msg, msg
+        assert "['enriched']" in msg and "--reprocess" in msg, msg
+    plan.write_text(good, encoding="utf-8")  # the file put back: the replay completes the batch
+    lake.fed, lake.batch_id = 0, 1
+    lake.feed()
+    assert lake.rows("gold/rev", *AGG) == [("fruit", D2, Decimal("6.00"), 4, 1)]
+    # the next batch's plan file damaged before the batch ran (nothing written): planned again
+    lake.upsert("facts", lines((2, 1, 1, "1.50", "2026-01-02T11:00:00")), "line_id")
+    plan_file(lake.cfg.checkpoint_path, 2).write_text("{", encoding="utf-8")
+    lake.feed()
+    assert lake.rows("gold/rev", *AGG) == [("fruit", D2, Decimal("7.50"), 5, 2)]
+
+
 def test_schema_drift_new_column_flows_dropped_dimension_column_fails(spark, tmp_path: Path) -> None:
     lake = Lake(tmp_path, spark)
     lake.create("products", products((1, "apple", "fruit")))

@@ -159,6 +159,7 @@ class EnrichBatch:
         started = time.monotonic()
         crash_point("enrich:batch_start")
         source = self._source(batch_id)
+        self._check_plan(batch_id)
         plan, replayed = load_or_create_plan(self.plan_root, batch_id,
                                              lambda: self._new_plan(batch_id, source))
         if replayed:
@@ -307,14 +308,47 @@ class EnrichBatch:
         print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}; "
               + ", ".join(phases.parts), flush=True)
 
+    def _committed(self, batch_id: int) -> list[str]:
+        """The outputs that already hold a commit of this batch id (its transaction id)."""
+        o = self.cfg.outputs
+        outs = [("enriched", o.enriched), ("pending", o.pending), ("quarantine", o.quarantine),
+                ("manifest", o.manifest), *[(f"aggregate:{a.name}", a.path) for a in o.aggregates]]
+        return [t for t, p in outs if self.engine.already_committed(str(p), self.txn(t, batch_id))]
+
+    def _check_plan(self, batch_id: int) -> None:
+        """A batch whose plan file is missing or unreadable: re-planned when none of its writes
+        was committed (a plan of a batch that wrote nothing pins nothing that was used); else
+        exit 3. A new plan would pin the output versions that already hold this batch's writes,
+        the replay would take its own changes for old ones, and the aggregates would miss them
+        with exit 0 (tester: the plan of a killed batch deleted by hand)."""
+        f = plan_file(self.plan_root, batch_id)
+        damage = None
+        if f.is_file():
+            try:
+                BatchPlan.from_json(f.read_text(encoding="utf-8"))
+                return
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                damage = f"unreadable ({type(e).__name__}: {str(e)[:200]})"
+        done = self._committed(batch_id)
+        if not done:
+            if damage is not None:
+                print(f"[enrich] batch {batch_id}: plan file {f} is {damage}; no write of this "
+                      "batch was committed, so it is planned again", flush=True)
+                f.unlink()
+            return
+        raise EnrichNeedsReprocess(
+            f"pipeline {self.cfg.name}: the plan of micro-batch {batch_id} ({f}) is "
+            f"{damage or 'missing'}, but the batch already committed its writes to {done} (an "
+            "earlier attempt was interrupted). The plan pins the versions the batch read; without "
+            "it the rest of the batch cannot be written consistently (its changes would be taken "
+            "for replays and the aggregates would miss them); nothing was written now. Put the "
+            f"file back if you have it, else recover with: {recovery_command(self.cfg)}")
+
     def _stop(self, batch_id: int, error: Exception) -> None:
         """Raise ``error`` for a batch that wrote nothing; its plan is dropped (when no write of
         this batch id was ever committed) so the rerun after the upstream fix reads the
         dimensions' new versions instead of the pinned ones."""
-        o = self.cfg.outputs
-        outs = [("enriched", o.enriched), ("pending", o.pending), ("quarantine", o.quarantine),
-                ("manifest", o.manifest), *[(f"aggregate:{a.name}", a.path) for a in o.aggregates]]
-        if not any(self.engine.already_committed(str(p), self.txn(t, batch_id)) for t, p in outs):
+        if not self._committed(batch_id):
             plan_file(self.plan_root, batch_id).unlink(missing_ok=True)
         raise error
 
