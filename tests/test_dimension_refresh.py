@@ -240,6 +240,7 @@ def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
     ({"snapshots": "{path: s, format: csv, pattern: \"snap.csv\"}"}, "snapshots.pattern", "{date}"),
     ({"snapshots": "{path: s, format: xlsx}"}, "snapshots.format", "csv, parquet"),
     ({"schema": "{category: string}"}, "schema", "key columns"),
+    ({"schema": "{product_id: int, _Is_Current: boolean}"}, "schema", "maintains"),
     ({"scd": "3"}, "scd", "1 or 2"),
     ({"keys": "[]"}, "keys", "empty"),
     ({"colour": "red"}, "colour", "unknown key"),
@@ -261,3 +262,70 @@ def test_cron_mapping_schedule_and_defaults(tmp_path):
     assert cfg.snapshot_file("2026-01-02") == tmp_path / "snaps" / "2026-01-02.parquet"
     assert cfg.checkpoint_path == tmp_path / "lake" / "dims" / "_checkpoints" / "product_categories"
     assert cfg.runs_path == tmp_path / "lake" / "dims" / "_runs"
+
+
+@pytest.mark.parametrize("scd,column", [(1, "_Snapshot_Date"), (2, "_is_current")])
+def test_file_column_named_like_a_job_column_is_an_invalid_snapshot(spark, tmp_path, capsys, scd, column):
+    """Without ``schema:`` the header comes from the file: a column the job maintains itself
+    (any case) is exit 3 naming file, column and fix, nothing written (was a delta-rs
+    'Duplicate field name' traceback, exit 1)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dimension_refresh", REPO / "spark_jobs" / "dimension_refresh.py")
+    job = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(job)  # type: ignore[union-attr]
+    yaml = _yaml(tmp_path, scd=scd, fmt="csv", engine="deltalake", schema=False)
+    f = tmp_path / "snaps" / "2026-01-01.csv"
+    f.parent.mkdir()
+    f.write_text(f"product_id,{column},category\n1,false,a\n", encoding="utf-8")
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 3
+    err = capsys.readouterr().err
+    assert "INVALID SNAPSHOT" in err and str(f) in err and repr(column) in err and "Rename" in err, err
+    assert "Traceback" not in err, err
+    cfg = load_pipeline(yaml)
+    assert not cfg.table.exists() and not (cfg.checkpoint_path / "last_applied.json").exists()
+
+
+@pytest.mark.parametrize("scd", [1, 2])
+def test_key_and_column_with_dots_in_their_names(spark, tmp_path, scd):
+    """A key ``p.id`` is one column, not field ``id`` of ``p`` (was UNRESOLVED_COLUMN): insert,
+    update and delete/close work with dotted key and column names."""
+    from cdc_lake.dimensions.refresh import run_refresh
+
+    (tmp_path / "snaps").mkdir()
+    yaml = tmp_path / "dim.yaml"
+    yaml.write_text("kind: dimension\npipeline: dotted\nsnapshots: {path: snaps, format: csv}\n"
+                    f"keys: [\"p.id\"]\nscd: {scd}\ntable: lake/dotted\nengine: {{name: deltalake}}\n",
+                    encoding="utf-8")
+    days = {"2026-01-01": "p.id,a.b\n1,x\n2,y\n", "2026-01-02": "p.id,a.b\n1,z\n3,w\n"}
+    for d, text in days.items():
+        (tmp_path / "snaps" / f"{d}.csv").write_text(text, encoding="utf-8")
+    cfg = load_pipeline(yaml)
+    s1 = run_refresh(cfg, date="2026-01-01", spark=spark, run_id="d1")
+    s2 = run_refresh(cfg, date="2026-01-02", spark=spark, run_id="d2")
+    assert (s1["status"], s1["inserted"]) == ("succeeded", 2), s1
+    assert (s2["status"], s2["inserted"], s2["updated"], s2["deleted"]) == ("succeeded", 1, 1, 1), s2
+    rows = DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()
+    if scd == 1:
+        assert {r["p.id"]: r["a.b"] for r in rows} == {1: "z", 3: "w"}, rows
+    else:
+        assert {(r["p.id"], r["a.b"], r["_is_current"]) for r in rows} == {
+            (1, "x", False), (1, "z", True), (2, "y", False), (3, "w", True)}, rows
+
+
+def test_backtick_in_a_column_name_is_escaped(spark):
+    """The snapshot checks and the diff quote names with a backtick inside (doubled). (Spark
+    side only: delta-rs' MERGE itself does not take such names.)"""
+    from cdc_lake.dimensions.diff import check_snapshot, scd1_changes
+
+    snap = spark.createDataFrame([(1, "z"), (3, "w")], "`k``1` int, `a.b``c` string")
+    table = spark.createDataFrame([(1, "x", DAY0), (2, "y", DAY0)],
+                                  "`k``1` int, `a.b``c` string, _snapshot_date date")
+    assert check_snapshot(snap, ("k`1",), "snap") == 2
+    changes = scd1_changes(snap, table, ("k`1",), "2026-01-02", "snap")
+    try:
+        assert changes.counts == {"inserted": 1, "updated": 1, "deleted": 1, "unchanged": 0}
+        got = {(r["k`1"], r["a.b`c"], r["_snapshot_date"]) for r in changes.source.collect()}
+        assert got == {(1, "z", Date(2026, 1, 2)), (3, "w", Date(2026, 1, 2)), (2, None, None)}, got
+    finally:
+        changes.release()

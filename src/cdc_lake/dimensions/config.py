@@ -174,7 +174,7 @@ def _schema(r: Reader, keys: tuple[str, ...], scd: int) -> dict[str, str] | None
     missing = [k for k in keys if k not in out]
     if missing:
         raise r.fail("schema", f"must include the key columns {missing}")
-    reserved = [c for c in out if c in SCD1_META + SCD2_META]
+    reserved = [c for c in out if c.lower() in SCD1_META + SCD2_META]
     if reserved:
         raise r.fail("schema", f"{reserved} are columns the refresh job maintains; rename them")
     return out

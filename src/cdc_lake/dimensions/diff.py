@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_lake.dimensions.config import SCD1_META, SCD2_META
-from cdc_lake.dimensions.types import SnapshotInvalid, check_columns, fits
+from cdc_lake.dimensions.types import SnapshotInvalid, check_columns, fits, quote
 from cdc_lake.engines import MergeSpec
 
 
@@ -54,16 +54,16 @@ def check_snapshot(snap: DataFrame, keys: tuple[str, ...], where: str) -> int:
                               f"(columns: {snap.columns}); fix the file or `keys:`")
     key_null = F.lit(False)
     for k in keys:
-        key_null = key_null | F.col(k).isNull()
+        key_null = key_null | F.col(quote(k)).isNull()
     row = snap.agg(F.count(F.lit(1)).alias("n"),
                    F.sum(F.when(key_null, 1).otherwise(0)).alias("null_keys"),
-                   F.count_distinct(F.struct(*keys)).alias("distinct")).first()
+                   F.count_distinct(F.struct(*[quote(k) for k in keys])).alias("distinct")).first()
     n, null_keys, distinct = int(row["n"]), int(row["null_keys"] or 0), int(row["distinct"])
     if null_keys:
         raise SnapshotInvalid(f"{where}: {null_keys} row(s) with a NULL key {list(keys)}; "
                               "a snapshot row needs its key")
     if distinct != n - null_keys:
-        dup = (snap.groupBy(*keys).count().where("count > 1").limit(3).collect())
+        dup = (snap.groupBy(*[quote(k) for k in keys]).count().where("count > 1").limit(3).collect())
         raise SnapshotInvalid(f"{where}: duplicate keys {list(keys)}, e.g. "
                               f"{[tuple(r[k] for k in keys) for r in dup]}; a full snapshot has one "
                               "row per key")
@@ -85,15 +85,15 @@ def _align(snap: DataFrame, table: DataFrame | None, keys: tuple[str, ...],
     if unplanned:
         raise SnapshotInvalid(f"{where}: column types {unplanned} (snapshot, table) would be cast "
                               "with possible loss; run plan_types first (it widens or checks)")
-    return snap.select(*[F.col(f"`{c}`").cast(types[c]).alias(c) if c in types else F.col(f"`{c}`")
+    return snap.select(*[F.col(quote(c)).cast(types[c]).alias(c) if c in types else F.col(quote(c))
                          for c in snap.columns])
 
 
 def _changed(attrs: list[str], table_cols: set[str]) -> Column:
     cond = F.lit(False)
     for c in attrs:
-        t = F.col(f"t.`{c}`") if c in table_cols else F.lit(None)
-        cond = cond | ~F.col(f"s.`{c}`").eqNullSafe(t)
+        t = F.col("t." + quote(c)) if c in table_cols else F.lit(None)
+        cond = cond | ~F.col("s." + quote(c)).eqNullSafe(t)
     return cond
 
 
@@ -102,12 +102,14 @@ def _classify(snap: DataFrame, cur: DataFrame | None, keys: tuple[str, ...],
     """Full outer join by key with ``_op`` in insert/update/delete/same; snapshot columns
     prefixed ``s.``, table columns ``t.`` (as struct fields ``s`` and ``t``)."""
     attrs = [c for c in snap.columns if c not in keys]
-    s = snap.select(F.struct(*snap.columns).alias("s"), *[F.col(k).alias(f"__k_{k}") for k in keys])
+    s = snap.select(F.struct(*[quote(c) for c in snap.columns]).alias("s"),
+                    *[F.col(quote(k)).alias(f"__k_{k}") for k in keys])
     if cur is None:
         return s.select("s", F.lit("insert").alias("_op")), attrs
     table_cols = {c for c in cur.columns if c not in meta}
-    t = cur.select(F.struct(*cur.columns).alias("t"), *[F.col(k).alias(f"__j_{k}") for k in keys])
-    on = [F.col(f"__k_{k}").eqNullSafe(F.col(f"__j_{k}")) for k in keys]
+    t = cur.select(F.struct(*[quote(c) for c in cur.columns]).alias("t"),
+                   *[F.col(quote(k)).alias(f"__j_{k}") for k in keys])
+    on = [F.col(quote(f"__k_{k}")).eqNullSafe(F.col(quote(f"__j_{k}"))) for k in keys]
     cond = on[0]
     for c in on[1:]:
         cond = cond & c
@@ -134,7 +136,7 @@ def scd1_changes(snap: DataFrame, table: DataFrame | None, keys: tuple[str, ...]
     source = upserts
     if table is not None:
         deletes = tagged.where(F.col("_op") == "delete").select(
-            *[F.col(f"t.`{k}`").alias(k) for k in keys], F.lit(None).cast("date").alias("_snapshot_date"))
+            *[F.col("t." + quote(k)).alias(k) for k in keys], F.lit(None).cast("date").alias("_snapshot_date"))
         source = upserts.unionByName(deletes, allowMissingColumns=True)
     spec = (MergeSpec(on=keys).when_matched_delete("s._snapshot_date IS NULL")
             .when_matched_update_all("s._snapshot_date IS NOT NULL")

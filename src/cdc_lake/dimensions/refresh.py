@@ -10,7 +10,9 @@ Steps, all under the pipeline lock (``<state>/cdc.lock`` or the ``lock:`` backen
    nothing (status ``already_applied``): a refresh is idempotent per date;
 3. the snapshot file ``snapshots.path/pattern`` must exist (:class:`SnapshotMissing`, naming
    the expected path) and be a full snapshot (:class:`SnapshotInvalid`: NULL/duplicate keys, a
-   table column missing, a value its column's type cannot hold exactly —
+   table column missing, a column named like one the job maintains (``_snapshot_date``; SCD2
+   ``_valid_from``/``_valid_to``/``_is_current``; any case), a value its column's type cannot
+   hold exactly —
    :mod:`cdc_lake.dimensions.types`); all of this is checked before anything is written;
 4. a table column whose type cannot hold the snapshot's values but has a lossless widening that
    can (``int -> double`` for ``1`` then ``1.5``) is widened first (one same-rows commit);
@@ -39,7 +41,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from cdc_lake.dimensions.config import SCD1_META, SCD2_META, DimensionPipelineConfig, parse_date
 from cdc_lake.dimensions.diff import SnapshotInvalid, check_snapshot, scd1_changes, scd2_changes
-from cdc_lake.dimensions.types import conform, plan_types
+from cdc_lake.dimensions.types import conform, plan_types, quote
 from cdc_lake.engines import Engine, Txn, select_engine
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
@@ -105,7 +107,8 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
     a value it cannot hold exactly raises :class:`SnapshotInvalid` naming file, column and
     values (a CSV is read as text first, then cast). Without ``schema:`` a CSV's types are
     inferred, except that a column the table (``stored``) keeps as string is read as text
-    (``007`` stays ``007``).
+    (``007`` stays ``007``). A column of the file named like one the job maintains
+    (:data:`SCD1_META` / :data:`SCD2_META`, any case) raises :class:`SnapshotInvalid`.
     """
     f = cfg.snapshot_file(date)
     if not f.is_file():
@@ -121,7 +124,7 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
             return spark.read.option("header", str(s.header).lower()).option("sep", s.delimiter) \
                 .option("mode", "FAILFAST")
         if cfg.schema:
-            text = reader().schema(", ".join(f"`{c}` string" for c in cfg.schema)).csv(str(f))
+            text = reader().schema(", ".join(f"{quote(c)} string" for c in cfg.schema)).csv(str(f))
             return conform(text, dict(cfg.schema), where=where, against="the declared (`schema:`)",
                            fix=fix)
         df = reader().option("inferSchema", "true").csv(str(f))
@@ -129,15 +132,28 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
         if any(x.name in as_text and x.dataType != StringType() for x in df.schema.fields):
             df = reader().schema(StructType([StructField(x.name, StringType()) if x.name in as_text
                                              else x for x in df.schema.fields])).csv(str(f))
-        return df
+        return _check_reserved(df, cfg, where)
     df = spark.read.parquet(str(f))
     if cfg.schema:
         missing = [c for c in cfg.schema if c not in df.columns]
         if missing:
             raise SnapshotInvalid(f"{f}: column(s) {missing} of `schema:` are not in the file "
                                   f"(columns: {df.columns})")
-        df = conform(df.select(*[df[c] for c in cfg.schema]), dict(cfg.schema), where=where,
-                     against="the declared (`schema:`)", fix=fix)
+        return conform(df.select(*[df[quote(c)] for c in cfg.schema]), dict(cfg.schema),
+                       where=where, against="the declared (`schema:`)", fix=fix)
+    return _check_reserved(df, cfg, where)
+
+
+def _check_reserved(df: DataFrame, cfg: DimensionPipelineConfig, where: str) -> DataFrame:
+    """Refuse a file column named like one the job maintains (compared case-insensitively, as
+    Spark and Delta resolve names): it would clash with the job's own column in the table."""
+    meta = SCD1_META if cfg.scd == 1 else SCD2_META
+    clash = [c for c in df.columns if c.lower() in meta]
+    if clash:
+        raise SnapshotInvalid(
+            f"{where}: column(s) {clash} of the snapshot are named like the column(s) {list(meta)} "
+            f"the refresh job maintains itself (scd: {cfg.scd}; names compared case-insensitively), "
+            "so nothing was written. Rename or drop them in the export and re-run this date")
     return df
 
 

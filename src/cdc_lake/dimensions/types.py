@@ -40,6 +40,12 @@ _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 _EXAMPLES = 5
 
 
+def quote(name: str) -> str:
+    """``name`` as a Spark column reference: backticks, a backtick inside doubled (``p.id`` is one
+    column named ``p.id``, not field ``id`` of ``p``)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 class SnapshotInvalid(ValueError):
     """The snapshot cannot be applied (duplicate/null keys, a column of the table is missing,
     a value its column's type cannot hold exactly)."""
@@ -79,14 +85,14 @@ def conform(df: DataFrame, targets: dict[str, str], *, where: str, against: str,
     src = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     checks = {c: t for c, t in targets.items() if c in src and not fits(src[c], t)}
     if checks:
-        bad = {c: misfit(F.col(f"`{c}`"), src[c], t) for c, t in checks.items()}
+        bad = {c: misfit(F.col(quote(c)), src[c], t) for c, t in checks.items()}
         row = df.agg(*[F.count_if(b).alias(f"n{i}") for i, b in enumerate(bad.values())]).first()
         counts = {c: int(row[f"n{i}"] or 0) for i, c in enumerate(bad)}  # type: ignore[index]
         problems = []
         for c, n in counts.items():
             if not n:
                 continue
-            ex = [r[0] for r in df.where(bad[c]).select(F.col(f"`{c}`").cast("string"))
+            ex = [r[0] for r in df.where(bad[c]).select(F.col(quote(c)).cast("string"))
                   .distinct().limit(_EXAMPLES).collect()]
             problems.append(f"column {c!r}: {n} value(s) that {against} type {checks[c]} cannot "
                             f"hold exactly (the snapshot's values are {src[c]}), e.g. {ex}")
@@ -94,8 +100,8 @@ def conform(df: DataFrame, targets: dict[str, str], *, where: str, against: str,
             raise SnapshotInvalid(
                 f"{where}: " + "; ".join(problems) + ". Stored they would be changed (rounded, "
                 f"truncated or lost), so nothing was written. {fix}")
-    return df.select(*[F.col(f"`{c}`").cast(targets[c]).alias(c) if c in targets
-                       and src[c] != targets[c] else F.col(f"`{c}`") for c in df.columns])
+    return df.select(*[F.col(quote(c)).cast(targets[c]).alias(c) if c in targets
+                       and src[c] != targets[c] else F.col(quote(c)) for c in df.columns])
 
 
 @dataclass
