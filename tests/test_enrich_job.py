@@ -352,6 +352,28 @@ def test_a_lost_or_damaged_plan_of_a_batch_that_wrote_stops_it(spark, tmp_path: 
     assert lake.rows("gold/rev", *AGG) == [("fruit", D2, Decimal("7.50"), 5, 2)]
 
 
+def test_groups_of_timestamps_apart_by_microseconds_stay_apart(spark, tmp_path: Path) -> None:
+    """`_group_key` (to_json) wrote timestamps to the millisecond: two groups .000100 and .000200
+    got one key, then a fact moving between them failed every MERGE (multiply matched target
+    row; tester). Truth: one row per distinct value, computed here from the facts."""
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    lake.create("facts", lines((1, 1, 1, "1.00", "2026-01-02T10:00:00.000100"),
+                               (2, 1, 2, "1.00", "2026-01-02T10:00:00.000200"),
+                               (3, 1, 4, "1.00", "2026-01-02T10:00:00")))
+    lake.config(BASE_YAML.replace("WAIT", "0s").replace(
+        "rev: {group_by: [category], time_bucket: day,", "rev: {group_by: [ts], time_bucket: none,"))
+    lake.feed()
+    lake.upsert("facts", lines((1, 1, 1, "1.00", "2026-01-02T10:00:00.000300")), "line_id")
+    lake.feed()
+    got = sorted((r[0].replace(tzinfo=None).isoformat(), r[1], r[2])
+                 for r in lake.rows("gold/rev", "ts", "units", "count"))
+    assert got == [("2026-01-02T10:00:00", 4, 1), ("2026-01-02T10:00:00.000200", 2, 1),
+                   ("2026-01-02T10:00:00.000300", 1, 1)], got
+    keys = [r[0] for r in lake.rows("gold/rev", "_group_key")]
+    assert '{"ts":"2026-01-02T10:00:00.000Z"}' in keys  # whole milliseconds: the key as before
+
+
 def test_schema_drift_new_column_flows_dropped_dimension_column_fails(spark, tmp_path: Path) -> None:
     lake = Lake(tmp_path, spark)
     lake.create("products", products((1, "apple", "fruit")))

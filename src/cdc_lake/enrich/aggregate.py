@@ -65,9 +65,32 @@ def aggregate_deltas(old: DataFrame | None, new: DataFrame, agg: AggregateConfig
     nonzero = F.col(COUNT) != 0
     for s in sums:
         nonzero = nonzero | (F.col(f"`{s}`") != 0)
-    key = F.to_json(F.struct(*[F.col(f"`{g}`") for g in groups])) if groups else F.lit("{}")
+    key = _group_key(out, groups)
     return out.where(nonzero).select(key.alias(GROUP_KEY), *[F.col(f"`{c}`") for c in groups + sums],
                                      F.col(COUNT).cast("bigint").alias(COUNT))
+
+
+def _group_key(out: DataFrame, groups: list[str]) -> Column:
+    """The group values as JSON (null-safe MERGE key). ``to_json`` writes timestamps to the
+    millisecond, so two groups 10:00:00.000100 and .000200 got one key (two aggregate rows
+    under it, then every MERGE failed on a multiply matched row; tester): a group holding a
+    timestamp with sub-millisecond digits renders it with microseconds; keys of whole
+    milliseconds stay as they were (tables written before keep matching)."""
+    if not groups:
+        return F.lit("{}")
+    base = F.to_json(F.struct(*[F.col(f"`{g}`") for g in groups]))
+    kinds = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+    stamps = [g for g in groups if kinds.get(g) in ("timestamp", "timestamp_ntz")]
+    if not stamps:
+        return base
+    fine = None
+    for g in stamps:
+        sub_ms = F.coalesce(F.unix_micros(F.col(f"`{g}`").cast("timestamp")) % 1000 != 0, F.lit(False))
+        fine = sub_ms if fine is None else fine | sub_ms
+    pattern = {"timestamp": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestamp_ntz": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
+    micro = F.to_json(F.struct(*[F.date_format(F.col(f"`{g}`"), pattern[kinds[g]]).alias(g) if g in stamps
+                                 else F.col(f"`{g}`") for g in groups]))
+    return F.when(fine, micro).otherwise(base)
 
 
 def merge_spec(agg: AggregateConfig, target_types: dict[str, str]) -> MergeSpec:
