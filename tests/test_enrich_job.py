@@ -505,3 +505,50 @@ def test_events_source_watermark_dedup_and_dropped_count(spark, tmp_path: Path) 
     # a rerun with nothing new changes nothing (the replayed decision is the same)
     s2 = run_enrich(cfg, spark=spark, run_id="r2")
     assert s2["facts_read"] == 0 and len(lake.rows("gold/_quarantine", "reason")) == 1
+
+
+@pytest.mark.parametrize("id_type", ["string", "bigint"])
+def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tmp_path: Path,
+                                                                        id_type: str) -> None:
+    """Spark's streaming dedup took every null id for one id: of two events without an id and
+    two malformed lines (id null too), one row reached the quarantine, with raw_line '{}' and
+    the others lost; a value not of its schema type ("yesterday" for a timestamp) became null
+    and the event was enriched (tester). Truth: every line is enriched or quarantined, a
+    malformed one with its own text; ids still deduplicate."""
+    from cdc_lake.enrich.job import run_enrich
+
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    ids = ["e1", "e2"] if id_type == "string" else [1, 2]
+    good = [{"event_id": ids[0], "product_id": 1, "qty": 1, "event_ts": "2026-01-02T10:00:00Z"},
+            {"event_id": ids[1], "product_id": 1, "qty": 2, "event_ts": "2026-01-02T10:01:00Z"},
+            {"event_id": ids[0], "product_id": 1, "qty": 1, "event_ts": "2026-01-02T10:00:00Z"}]  # dup
+    no_id = [{"event_id": None, "product_id": 1, "qty": q, "event_ts": "2026-01-02T10:05:00Z"} for q in (5, 6)]
+    broken = ['{"event_id": "b1", "product_id": 1, "qty": 3, BROKEN',
+              '{"product_id": 1, "qty": 4 BROKEN',
+              json.dumps({"event_id": 9 if id_type == "bigint" else "e9", "product_id": 1, "qty": 8,
+                          "event_ts": "yesterday"})]
+    (landing / "a.json").write_text("\n".join([json.dumps(e) for e in good + no_id] + broken) + "\n")
+    cfg = lake.config(f"""
+        kind: enrich
+        pipeline: clicks
+        fact:
+          events: {{path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
+                   schema: {{event_id: {id_type}, product_id: bigint, qty: bigint, event_ts: timestamp}}}}
+        dimensions:
+          products: {{table: products, keys: [id], on: {{product_id: id}}, columns: {{category: cat}}}}
+        event_time: event_ts
+        outputs:
+          enriched: gold/clicks
+          aggregates: {{per_cat: {{group_by: [category], sums: {{units: qty}}}}}}
+        engine: {{name: deltalake}}
+    """)
+    s = run_enrich(cfg, spark=spark, run_id="r1")
+    assert sorted(r[0] for r in lake.rows("gold/clicks", "event_id")) == ids
+    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 3, 2)]
+    q = lake.rows("gold/_quarantine", "raw_line", "reason")
+    assert s["quarantined"] == len(q) == 5, q
+    assert sorted(json.loads(r)["qty"] for r, why in q if "is null" in why) == [5, 6]
+    assert sorted(r for r, why in q if "malformed JSON line" in why) == sorted(broken)

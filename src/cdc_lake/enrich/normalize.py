@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from cdc_lake.checkpoint_log import batch_watermark_ms
-from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.config import CORRUPT, EnrichConfig
 from cdc_lake.enrich.joins import SCD2_COLUMNS
 
 
@@ -97,6 +97,10 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFra
     for c in k:
         null_key = null_key | F.col(f"`{c}`").isNull()
     reason = F.when(null_key, F.lit(f"fact key {k} is null")).otherwise(reason)
+    if CORRUPT in rows.columns:  # events: a line Spark could not read into the schema
+        reason = F.when(F.col(CORRUPT).isNotNull(), F.lit(
+            "malformed JSON line, or a value not of its fact.events.schema type (the line is "
+            "kept as raw_line)")).otherwise(reason)
     rows = rows.withColumn("_reason", reason)
     w = Window.partitionBy(*cols(k)).orderBy(F.col("_fact_version").desc(), F.col("_is_delete").asc())
     # the row after the kept one, in the same window: same version and not a delete = a twin

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, DataType, LongType, MapType, NullType, StringType,
@@ -40,7 +40,7 @@ from cdc_lake.engines.base import arrow_frame
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import keys as keys_mod
 from cdc_lake.enrich import pending as pd
-from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.config import CORRUPT, EnrichConfig
 from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensions
 from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_file, read_at,
@@ -81,6 +81,13 @@ def crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         print(f"[enrich] fault injection: SIGKILL at {name}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _raw_line(norm: DataFrame, fact_cols: list[str]) -> Column:
+    """A quarantined fact as text: an events line Spark could not read as it was (its corrupt
+    record), otherwise the fact's columns as JSON."""
+    as_json = F.to_json(F.struct(*[F.col(f"`{c}`") for c in fact_cols if c in norm.columns]))
+    return F.coalesce(F.col(CORRUPT), as_json) if CORRUPT in norm.columns else as_json
 
 
 def _no_void(df: DataFrame, target: StructType | None) -> DataFrame:
@@ -199,7 +206,7 @@ class EnrichBatch:
         self.stats.dropped_late += counts.get((True, True), 0)
         self.stats.facts_read += sum(counts.values())
         phases.mark("read")
-        changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie")
+        changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie", CORRUPT)
         # Guard: a change not newer than the stored version of its fact changes nothing.
         stored = [df.select(*cols(k), "_fact_version") for df in (enriched0, pending0) if df is not None]
         if stored:
@@ -264,8 +271,7 @@ class EnrichBatch:
             self.stats.quarantined += n_bad
             writes.append(("quarantine", cfg.outputs.quarantine, norm.where("_bad").select(
                 F.lit(cfg.fact.label).alias("source_file"),
-                F.to_json(F.struct(*[F.col(f"`{c}`") for c in all_fact_cols if c in norm.columns]))
-                .alias("raw_line"),
+                _raw_line(norm, all_fact_cols).alias("raw_line"),
                 F.col("_reason").alias("reason"),
                 F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
