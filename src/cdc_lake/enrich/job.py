@@ -29,9 +29,9 @@ from pyspark.sql import functions as F
 
 from cdc_lake.checkpoint import instance_id
 from cdc_lake.checkpoint_log import remove_unfinished_writes
-from cdc_lake.config import FILE_SOURCE_MAX_AGE
 from cdc_lake.engines import Engine, select_engine
-from cdc_lake.enrich.config import CORRUPT, EnrichConfig
+from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
 from cdc_lake.enrich.preflight import preflight
 from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
                                    check_tables, record_definitions, recovery_command)
@@ -41,9 +41,7 @@ from cdc_lake.runids import safe_run_id
 from cdc_lake.spark_session import build_session
 from cdc_lake.summary import record_summary
 
-START_FILE = "enrich_start.json"
 REPROCESS_MARK = "enrich_reprocess.json"
-MAX_FILE_AGE = FILE_SOURCE_MAX_AGE  # (see cdc_lake.config)
 
 
 __all__ = ["EnrichNeedsReprocess", "run_enrich", "fact_stream"]
@@ -53,60 +51,9 @@ def _recovery(cfg: EnrichConfig) -> str:
     return recovery_command(cfg)
 
 
-def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine) -> DataFrame:
-    """The fact source as a streaming DataFrame (change feed rows, or deduplicated events)."""
-    f = cfg.fact
-    if f.kind == "events":
-        ev = f.events
-        assert ev is not None
-        df = (spark.readStream.schema(f"{ev.ddl}, `{CORRUPT}` string")
-              .option("columnNameOfCorruptRecord", CORRUPT)
-              .option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
-              .option("maxFileAge", MAX_FILE_AGE).json(str(ev.path)))
-        return _dedupe_events(df, ev.id, ev.time, ev.watermark, ev.schema.get(ev.id, ""))
-    from cdc_lake.sources.change_feed import read_change_feed
-
-    start = _start_version(cfg)
-    return read_change_feed(spark, str(f.change_feed), engine=engine.name,
-                            max_versions_per_trigger=f.max_versions_per_trigger,
-                            max_rows_per_trigger=f.max_rows_per_trigger, starting_version=start,
-                            recovery=_recovery(cfg))
-
-
-_NULL_ID = "\u0000cdc-lake:no-id:"  # no real event id starts with a NUL character
-
-
-def _dedupe_events(df: DataFrame, id_col: str, time_col: str, watermark: str,
-                   id_type: str) -> DataFrame:
-    """Spark's streaming dedup by the event id — but every event without an id (a null id, a
-    malformed line) is one of its own: the dedup took all null ids for one id and let one row
-    through, so the others (and the text of malformed lines) were lost without a trace
-    (tester). A string id stands in for the missing one during the dedup (NUL-prefixed, a
-    UUID: unique per row; its state entry expires with the watermark like any other) and is
-    null again after it; for another id type the rows without an id bypass the dedup (a second
-    scan of the batch's files). Either way they reach the batch, where a null key is
-    quarantined. The dedup's state keeps its key schema (``[id]``): existing checkpoints go on
-    (checked with a checkpoint written by the previous code)."""
-    idc = F.col(f"`{id_col}`")
-    if id_type.strip().lower() == "string":
-        # unique per row (a replayed batch starts again from the state before it)
-        stand_in = F.concat(F.lit(_NULL_ID), F.expr("uuid()"))
-        out = (df.withColumn(id_col, F.coalesce(idc, stand_in))
-               .withWatermark(time_col, watermark).dropDuplicatesWithinWatermark([id_col]))
-        return out.withColumn(id_col, F.when(idc.startswith(_NULL_ID), F.lit(None)).otherwise(idc))
-    keyed = (df.where(idc.isNotNull()).withWatermark(time_col, watermark)
-             .dropDuplicatesWithinWatermark([id_col]))
-    return keyed.unionByName(df.where(idc.isNull()))
-
-
 class FactTableMissing(RuntimeError):
     """The change-feed fact table does not exist: the run fails before reading or writing
     (exit 1, retried by Airflow: the upstream pipeline may create it)."""
-
-
-def _start_version(cfg: EnrichConfig) -> int | None:
-    p = cfg.checkpoint_path / START_FILE
-    return int(json.loads(p.read_text(encoding="utf-8"))["starting_version"]) if p.is_file() else None
 
 
 def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: str | None = None,
@@ -195,7 +142,7 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
             raise
 
     try:
-        source = fact_stream(spark, cfg, engine)  # may raise ChangeFeedUnavailable at once
+        source = fact_stream(spark, cfg, engine, _recovery(cfg))  # may raise ChangeFeedUnavailable at once
         ws = (source.writeStream.queryName(f"enrich_{cfg.name}_{uuid.uuid4().hex[:6]}")
               .foreachBatch(handler).option("checkpointLocation", str(cfg.checkpoint_path)))
         ws = ws.trigger(availableNow=True) if cfg.trigger == "available_now" else ws.trigger(once=True)
@@ -225,7 +172,7 @@ def _empty_first_batch(cfg: EnrichConfig, engine: Engine, batch_id: int) -> bool
     span = batch_source_offsets(cfg.checkpoint_path, 0)
     if span is None or not isinstance(span[1], dict):
         return False
-    first = _start_version(cfg) or 0
+    first = start_version(cfg) or 0
     return span[1].get("version") == first - 1
 
 
@@ -255,7 +202,7 @@ def _driver_read(cfg: EnrichConfig, engine: Engine,
     from cdc_lake.checkpoint_log import batch_source_offsets
     from cdc_lake.sources import change_feed
 
-    starting_version = _start_version(cfg)
+    starting_version = start_version(cfg)
 
     def read(df: DataFrame, batch_id: int) -> DataFrame:
         span = batch_source_offsets(cfg.checkpoint_path, batch_id)
