@@ -204,3 +204,157 @@ def test_the_shipped_enrich_pipeline_is_seen_as_a_change_feed_reader_of_its_fact
     assert [name for name, _ in readers] == ["shop_order_lines"]
     assert readers[0][1] == -1  # no checkpoint yet: it has read nothing, VACUUM keeps everything
     assert lagging_readers(tmp_path / "lake" / "shop_maxwell" / "customers", pipelines) == []
+
+
+def _cdf_table(path: Path, versions: int) -> None:
+    """A change-feed-enabled Delta table with versions 0..versions-1 (delta-rs, no Spark):
+    appends, and at version 5 an UPDATE (which writes _change_data files)."""
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    for v in range(versions):
+        if v == 5:
+            DeltaTable(str(path)).update(updates={"v": "'updated'"}, predicate="id = 1")
+            continue
+        write_deltalake(str(path), pa.table({"id": [v], "v": [str(v)]}), mode="append",
+                        configuration={"delta.enableChangeDataFeed": "true"} if v == 0 else None)
+
+
+def _cdf_rows(table: Path, first: int, last: int) -> list[dict]:
+    import pyarrow as pa
+
+    return pa.table(DeltaTable(str(table)).load_cdf(starting_version=first, ending_version=last)
+                    .read_all()).to_pylist()
+
+
+def _reader_at(tmp_path: Path, table: Path, version: int) -> SimpleNamespace:
+    """An enrichment pipeline reading ``table``'s change feed whose checkpoint has read ``version``."""
+    ckpt = tmp_path / "reader_ckpt"
+    (ckpt / "commits").mkdir(parents=True)
+    (ckpt / "offsets").mkdir()
+    (ckpt / "commits" / "0").write_text("v1\n{}\n")
+    (ckpt / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"version": %d}\n' % version)
+    return SimpleNamespace(name="enrich_lag", checkpoint_path=ckpt, change_feed_sources=[str(table)])
+
+
+def _backdate_log(table: Path, days: float, versions: range | None = None) -> None:
+    old = __import__("time").time() - days * 86400
+    for f in (table / "_delta_log").iterdir():
+        if versions is None or (f.name[:20].isdigit() and int(f.name[:20]) in versions):
+            os.utime(f, (old, old))
+
+
+def test_log_cleanup_keeps_the_commits_a_reader_paused_past_the_log_retention_still_needs(tmp_path):
+    """Tester: a reader at version 4, versions 5..7 ingested, the log 40 days old (past the
+    30-day log retention): checkpoint + cleanup_metadata() removed commits 0..6 and the reader
+    then stopped with "the log entry of version 5 was removed" (exit 3) although the report said
+    the reader held retention back. The cleanup is skipped for that table and the report says why."""
+    from cdc_lake.maintenance import lagging_readers
+    from cdc_lake.sources.delta_log import DeltaLog
+
+    table = tmp_path / "orders"
+    _cdf_table(table, 8)
+    readers = lagging_readers(table, [_reader_at(tmp_path, table, 4)])
+    assert readers == [("enrich_lag", 4)]
+    _backdate_log(table, 40)
+
+    report = maintain_table(table, MaintenanceSettings(vacuum_retention_hours=0), readers=readers)
+
+    for v in range(4, 8):  # its last read version (continuity check) and everything after it
+        assert (table / "_delta_log" / f"{v:020d}.json").is_file(), (v, report)
+    # the reader's next batch: commits 5..7 and their change data (the UPDATE's _change_data
+    # files survive VACUUM) are all there
+    commits = DeltaLog(str(table)).check(5, 7, table_id=None, cdf_enabled_before=True)
+    assert [c.version for c in commits] == [5, 6, 7]
+    assert list((table / "_change_data").glob("*.parquet")), "the UPDATE's change files were vacuumed"
+    changes = _cdf_rows(table, 5, 7)
+    assert sorted((r["_change_type"], r["id"]) for r in changes) == [
+        ("insert", 6), ("insert", 7), ("update_postimage", 1), ("update_preimage", 1)]
+    # the report says the cleanup was skipped and why; the checkpoint was still written
+    log = report["log_cleanup"]
+    assert log["skipped"] is True and log["held_back_by"] == "enrich_lag", report
+    assert log["keep_from_version"] == 4 and "enrich_lag" in log["reason"], log
+    assert "log cleanup skipped" in log["reason"], log
+    assert (table / "_delta_log" / f"{report['checkpoint_version']:020d}.checkpoint.parquet").is_file()
+    assert report["vacuum"]["held_back_by"] == "enrich_lag"
+
+
+def test_log_cleanup_still_removes_expired_commits_older_than_what_readers_need(tmp_path):
+    """The hold is by version: expired commits below the lagging reader's last read version go
+    (and the reader still reads its change feed); with no lagging reader every expired one goes."""
+    from cdc_lake.maintenance import lagging_readers
+
+    table = tmp_path / "orders"
+    _cdf_table(table, 8)
+    DeltaTable(str(table), version=3).create_checkpoint()  # an earlier maintenance run's
+    _backdate_log(table, 40, range(0, 4))  # versions 0..3 expired, 4..7 recent
+    readers = lagging_readers(table, [_reader_at(tmp_path, table, 4)])
+    report = maintain_table(table, MaintenanceSettings(vacuum_retention_hours=0, compact=False),
+                            readers=readers)
+    assert report["log_cleanup"] == {"held_back_by": "enrich_lag", "skipped": False,
+                                     "keep_from_version": 4}, report
+    left = sorted(int(f.name[:20]) for f in (table / "_delta_log").glob("*.json"))
+    assert left[0] == 3 and left[-1] == report["checkpoint_version"], left  # 0..2 went
+    assert len(_cdf_rows(table, 5, 7)) == 4
+
+    _backdate_log(table, 40)  # everything expired, the reader has caught up: no hold
+    first_checkpoint = report["checkpoint_version"]
+    report = maintain_table(table, MaintenanceSettings(vacuum_retention_hours=0, compact=False),
+                            readers=[("caught_up", report["version_after"])])
+    assert report["log_cleanup"] == {"held_back_by": None, "skipped": False}, report
+    left = sorted(int(f.name[:20]) for f in (table / "_delta_log").glob("*.json"))
+    # delta-rs keeps everything from the newest expired checkpoint on
+    assert left[0] == first_checkpoint, left
+
+
+def test_a_table_whose_log_cannot_be_read_is_reported_and_the_others_are_maintained(tmp_path):
+    """Tester: the newest _delta_log/*.json of one table cut to 100 bytes: maintenance crashed
+    with a DeltaError traceback naming no table (exit 1), maintained no later table and printed
+    no summary. Now: that table is reported with its path, the error and the ingest job's
+    recovery; the others are maintained; the summary lists it; exit 3 (NEEDS RECOVERY)."""
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(DAG_YAML.format(root=tmp_path).replace("cap_dag", "maint_damaged")
+                    + "  customers: {keys: [id]}\nmaintenance: {vacuum_retention_hours: 0}\n")
+    cfg = load_pipeline(yaml)
+    for name in ("customers", "orders"):
+        for i in range(3):
+            write_deltalake(str(cfg.tables[name].path), pa.table({"id": [i]}), mode="append")
+    customers = cfg.tables["customers"].path  # sorted before orders: the run goes on after it
+    newest = customers / "_delta_log" / f"{2:020d}.json"
+    newest.write_bytes(newest.read_bytes()[:100])
+
+    report = run_maintenance(cfg, pipelines=[])
+    t = report["tables"]["customers"]
+    assert t["status"] == "damaged" and t["path"] == str(customers), t
+    assert "DeltaError" in t["error"] and "Truncated" in t["error"], t
+    assert f"mv {customers} {customers}.damaged" in t["recovery"], t
+    assert "--full-refresh --tables customers" in t["recovery"], t
+    assert report["failed"] == ["customers"]
+    assert report["tables"]["orders"]["status"] == "ok"
+    assert (report["tables"]["orders"]["files_before"], report["tables"]["orders"]["files_after"]) == (3, 1)
+
+    r = subprocess.run([sys.executable, "-m", "cdc_lake.maintenance", "--pipeline", str(yaml)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "customers" in r.stderr and str(customers) in r.stderr and "NEEDS RECOVERY" in r.stderr
+    assert "--full-refresh --tables customers" in r.stderr
+    summary = json.loads(r.stdout.split("CDC_MAINTENANCE_SUMMARY ", 1)[1])
+    assert summary["failed"] == ["customers"] and summary["tables"]["orders"]["status"] == "ok"
+
+    # the quarantine / DDL log's recovery is the ingest's: move it aside, the next run makes a new one
+    from cdc_lake.maintenance import damaged_recovery
+
+    q = damaged_recovery(cfg, "_quarantine", cfg.quarantine_path)
+    assert f"mv {cfg.quarantine_path} {cfg.quarantine_path}.damaged" in q and "creates a new one" in q
+    assert "--tables orders" in damaged_recovery(cfg, "_tombstones/orders", cfg.tombstone_path("orders"))
+
+    # the Airflow task fails without a retry (exit 3: an operator has to act)
+    from airflow.sdk.exceptions import AirflowFailException
+    from cdc_lake.airflow.maintenance import CdcMaintenanceOperator
+
+    with pytest.raises(AirflowFailException, match="customers"):
+        CdcMaintenanceOperator(task_id="maintain", pipeline=cfg).execute({})  # type: ignore[arg-type]

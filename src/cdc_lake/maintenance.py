@@ -9,7 +9,8 @@ quarantine, DDL log)::
     compact      delta-rs OPTIMIZE (bin-packing small files into ~target_file_mb files); a
                  rewrite with ``dataChange=false``: change-feed readers see no changes from it
     checkpoint   a Delta checkpoint at the current version + expired log cleanup
-                 (``delta.logRetentionDuration``, default 30 days)
+                 (``delta.logRetentionDuration``, default 30 days), held back for lagging
+                 readers (below)
     vacuum       delete files no version inside the retention window references
 
 and reports what it reclaimed (files and bytes before/after, files removed by VACUUM).
@@ -22,12 +23,29 @@ where readers are the enrichment pipelines in the same pipelines folder whose fa
 source is this table (read from their checkpoints' last committed offsets). The report names the
 reader that held retention back.
 
+The same readers hold back the **log cleanup**: a change-feed reader reads the ``_delta_log``
+commits of the versions it has not read yet (and the commit of the last version it read, to see
+that the table was not re-created). delta-rs cannot bound ``cleanup_metadata()`` by version, so
+when a commit from the oldest such version on is already older than the table's log retention
+(a reader paused for longer than ``delta.logRetentionDuration``), the cleanup of that table is
+skipped (the checkpoint is still written) and the report says so and names the reader
+(``log_cleanup``). Maintenance's own commits (OPTIMIZE, VACUUM) then run without delta-rs's
+post-commit log cleanup.
+
+**Damaged tables.** Every table is maintained on its own: a table whose Delta log cannot be read
+(a truncated or garbled ``_delta_log`` file) is reported by name and path with delta-rs's error
+and the recovery the pipeline's own job prints for that state, and the other tables are still
+maintained; a table that fails otherwise is reported with its error. The report is printed
+either way; the CLI then exits **3** (a damaged table: an operator has to act, no retry helps)
+or **1** (another failure: a retry may help).
+
 The run takes the pipeline's lock, so it never races an ingest run (that run's lock wins; a
 maintenance run that finds the lock held exits 75 and its Airflow task is skipped).
 
 Example::
 
     python -m cdc_lake.maintenance --pipeline pipelines/shop_maxwell.yaml [--dry-run]
+    # exit 0 ok, 1 a table failed, 2 config error, 3 a table's Delta log cannot be read, 75 locked
     report = run_maintenance(load_pipeline("pipelines/shop_maxwell.yaml"))
     report["tables"]["orders"]["files_before"], report["tables"]["orders"]["files_after"]
 """
@@ -36,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -47,7 +66,12 @@ if TYPE_CHECKING:  # deltalake is imported where tables are touched: config/DAG 
     from deltalake import DeltaTable
 
 MAINTENANCE_SUMMARY_PREFIX = "CDC_MAINTENANCE_SUMMARY "
-EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED = 2, 75, 1
+EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED, EXIT_NEEDS_RECOVERY = 2, 75, 1, 3
+DEFAULT_LOG_RETENTION_S = 30 * 86400  # Delta's delta.logRetentionDuration default
+LOG_RETENTION_MARGIN_S = 3600         # a commit expiring within this counts as expired already
+_UNIT_S = {"microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "hour": 3600,
+           "day": 86400, "week": 7 * 86400}
+_LOG_FILE = re.compile(r"^(\d{20})\.")  # <version>.json / .checkpoint.parquet / .crc ...
 
 
 @dataclass(frozen=True)
@@ -156,30 +180,115 @@ def _retention_hours(dt: DeltaTable, settings: MaintenanceSettings,
     return hours, held_by
 
 
+def log_retention_seconds(dt: DeltaTable) -> float:
+    """``delta.logRetentionDuration`` of the table in seconds (default 30 days). A value this
+    cannot parse counts as 0: every commit is then taken as expired, so a lagging reader holds
+    the log cleanup back rather than losing commits."""
+    raw = (dt.metadata().configuration or {}).get("delta.logRetentionDuration")
+    if raw is None:
+        return DEFAULT_LOG_RETENTION_S
+    m = re.fullmatch(r"\s*(?:interval\s+)?(\d+)\s*([a-z]+?)s?\s*", str(raw).lower())
+    if m is None or m.group(2) not in _UNIT_S:
+        return 0.0
+    return int(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def _log_hold(dt: DeltaTable, readers: list[tuple[str, int]]) -> tuple[int, str] | None:
+    """``(oldest version whose commit a reader still needs, that reader)``, or None when no reader
+    lags. A reader that has read version *v* reads the commits of *v+1…* and the commit of *v*
+    (to see that the table still continues what it read), so everything from *v* on is kept."""
+    hold: tuple[int, str] | None = None
+    latest = dt.version()
+    for name, version in readers:
+        if version + 1 > latest:
+            continue  # has read everything: needs only commits that do not exist yet
+        keep = max(version, 0)
+        if hold is None or keep < hold[0]:
+            hold = (keep, name)
+    return hold
+
+
+def _expired_log_versions(path: Path, keep_from: int, retention_s: float) -> list[int]:
+    """Versions >= ``keep_from`` with a ``_delta_log`` file (commit, checkpoint, crc) old enough
+    for delta-rs's log cleanup to delete (modified before now - retention + a margin)."""
+    import pyarrow.fs as pafs
+
+    uri = str(path)
+    fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else str(Path(uri).resolve()))
+    cutoff = time.time() - retention_s + LOG_RETENTION_MARGIN_S
+    found = set()
+    for fi in fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/_delta_log", allow_not_found=True)):
+        m = _LOG_FILE.match(fi.base_name)
+        if m is None or int(m.group(1)) < keep_from or fi.mtime is None:
+            continue
+        if fi.mtime.timestamp() <= cutoff:
+            found.add(int(m.group(1)))
+    return sorted(found)
+
+
+def _load(path: Path) -> tuple[DeltaTable | None, str | None]:
+    """``(the table, None)``, or ``(None, why delta-rs cannot load its log)``. Storage errors
+    (OSError, maybe transient) are raised: the table then counts as failed, not as damaged."""
+    from deltalake import DeltaTable
+
+    try:
+        return DeltaTable(str(path)), None
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - DeltaError (log JSON/parquet/protocol) and kin
+        first = str(e).splitlines()[0][:300] if str(e) else ""
+        return None, f"{type(e).__name__}: {first}"
+
+
 def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[tuple[str, int]] = (),
                    dry_run: bool = False) -> dict[str, Any]:
-    """Compact, checkpoint and vacuum one table; returns the report for it."""
-    from deltalake import DeltaTable
+    """Compact, checkpoint and vacuum one table; returns the report for it (``status``: ``ok``,
+    ``absent``, or ``damaged`` with ``error`` when its Delta log cannot be read)."""
+    from deltalake import DeltaTable, PostCommitHookProperties
 
     if not DeltaTable.is_deltatable(str(path)):
         return {"path": str(path), "status": "absent"}
     t0 = time.monotonic()
-    dt = DeltaTable(str(path))
+    dt, problem = _load(path)
+    if dt is None:
+        return {"path": str(path), "status": "damaged", "error": problem}
+    readers = list(readers)
     files_before, bytes_before = _files(dt)
     report: dict[str, Any] = {"path": str(path), "status": "ok", "version_before": dt.version(),
                               "files_before": files_before, "bytes_before": bytes_before}
+    hold = _log_hold(dt, readers)
+    # a lagging reader: no log cleanup behind our back in the post-commit hooks of our own commits
+    hooks = PostCommitHookProperties(cleanup_expired_logs=False) if hold is not None else None
     if settings.compact and not dry_run and files_before > 1:
-        metrics = dt.optimize.compact(target_size=settings.target_file_mb * 1024 * 1024)
+        metrics = dt.optimize.compact(target_size=settings.target_file_mb * 1024 * 1024,
+                                      post_commithook_properties=hooks)
         report["compacted"] = {"files_removed": metrics.get("numFilesRemoved", 0),
                                "files_added": metrics.get("numFilesAdded", 0)}
         dt = DeltaTable(str(path))
-    if settings.checkpoint and not dry_run:
-        dt.create_checkpoint()
-        dt.cleanup_metadata()
-        report["checkpoint_version"] = dt.version()
+    if settings.checkpoint:
+        cleanup: dict[str, Any] = {"held_back_by": None, "skipped": False}
+        if hold is not None:
+            keep_from, reader = hold
+            retention_s = log_retention_seconds(dt)
+            expired = _expired_log_versions(path, keep_from, retention_s)
+            cleanup.update(held_back_by=reader, keep_from_version=keep_from)
+            if expired:
+                cleanup.update(skipped=True, reason=(
+                    f"reader {reader!r} still needs the commits from version {keep_from} on, and "
+                    f"{len(expired)} of them (versions {expired[0]}..{expired[-1]}) are older than "
+                    f"the log retention ({retention_s / 3600:g} h): "
+                    + ("log cleanup would be skipped" if dry_run
+                       else "log cleanup skipped, checkpoint written")))
+        if not dry_run:
+            dt.create_checkpoint()
+            if not cleanup["skipped"]:
+                dt.cleanup_metadata()
+            report["checkpoint_version"] = dt.version()
+        report["log_cleanup"] = cleanup
     if settings.vacuum:
-        hours, held_by = _retention_hours(dt, settings, list(readers))
-        removed = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False)
+        hours, held_by = _retention_hours(dt, settings, readers)
+        removed = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False,
+                            post_commithook_properties=hooks)
         report["vacuum"] = {"retention_hours": hours, "held_back_by": held_by,
                             ("would_remove" if dry_run else "files_removed"): len(removed)}
     dt = DeltaTable(str(path))
@@ -189,12 +298,36 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
     return report
 
 
+def damaged_recovery(cfg: Any, name: str, path: Path) -> str:
+    """What to do about table ``name`` of ``cfg`` whose Delta log cannot be read: the recovery
+    the pipeline's own job prints for the same state (``docs/run-safety.md``, check 3)."""
+    restore = "restore the damaged file under _delta_log from a copy if you have one; else "
+    aside = f"`mv {path} {path}.damaged`"
+    kind = getattr(cfg, "kind", "cdc")
+    if kind == "cdc":
+        if name in ("_quarantine", "_ddl_log"):
+            return (f"{restore}move the table aside ({aside}): the next run creates a new one, and "
+                    "the rows recorded so far stay readable in the moved copy up to its last "
+                    "readable version")
+        from cdc_lake.cdc.state import refresh_command
+
+        table = name.split("/", 1)[1] if name.startswith("_tombstones/") else name
+        return f"{restore}move the table aside ({aside}) and {refresh_command(cfg, [table])}"
+    if kind == "enrich":
+        from cdc_lake.enrich.state import recovery_command
+
+        return f"{restore}rebuild the pipeline's outputs: `{recovery_command(cfg)}`"
+    return f"{restore}move the table aside ({aside}) and rebuild it with the pipeline's job"
+
+
 def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dry_run: bool = False,
                     pipelines: list[Any] | None = None) -> dict[str, Any]:
     """Maintain every table of ``cfg`` under its pipeline lock; returns the report.
 
     ``pipelines``: the other pipelines (to find lagging change-feed readers); default: every
-    valid YAML in the folder of ``cfg.file``.
+    valid YAML in the folder of ``cfg.file``. Each table is maintained on its own: one that is
+    damaged (``status: damaged``, with ``error`` and ``recovery``) or fails (``status: failed``,
+    ``error``) does not stop the others; ``report["failed"]`` lists them.
     """
     from cdc_lake.config import load_all
     from cdc_lake.locks import pipeline_lock
@@ -205,10 +338,18 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
     started = datetime.now(timezone.utc)
     lock = pipeline_lock(cfg)
     lock.acquire(f"maintenance-{started:%Y%m%dT%H%M%S}")
+    tables: dict[str, dict[str, Any]] = {}
     try:
-        tables = {name: maintain_table(path, settings, readers=lagging_readers(path, pipelines),
-                                       dry_run=dry_run)
-                  for name, path in sorted(pipeline_tables(cfg).items())}
+        for name, path in sorted(pipeline_tables(cfg).items()):
+            try:
+                t = maintain_table(path, settings, readers=lagging_readers(path, pipelines),
+                                   dry_run=dry_run)
+            except Exception as e:  # noqa: BLE001 - one table's failure must not stop the others
+                first = str(e).splitlines()[0][:300] if str(e) else ""
+                t = {"path": str(path), "status": "failed", "error": f"{type(e).__name__}: {first}"}
+            if t["status"] == "damaged":
+                t["recovery"] = damaged_recovery(cfg, name, path)
+            tables[name] = t
     finally:
         lock.release()
     present = [t for t in tables.values() if t["status"] == "ok"]
@@ -216,6 +357,7 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
         "pipeline": cfg.name, "dry_run": dry_run,
         "started_at": started.isoformat(timespec="seconds"),
         "tables": tables,
+        "failed": sorted(n for n, t in tables.items() if t["status"] in ("damaged", "failed")),
         "files_before": sum(t["files_before"] for t in present),
         "files_after": sum(t["files_after"] for t in present),
         "bytes_before": sum(t["bytes_before"] for t in present),
@@ -241,15 +383,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[maintenance] PIPELINE LOCKED: {e}", file=sys.stderr)
         return EXIT_LOCKED
     for name, t in report["tables"].items():
+        if t["status"] in ("damaged", "failed"):
+            what = ("NEEDS RECOVERY: its Delta log cannot be read" if t["status"] == "damaged"
+                    else "FAILED")
+            print(f"[maintenance] {name:<28} {what} ({t['path']}): {t['error']}"
+                  + (f". Recovery: {t['recovery']}" if t.get("recovery") else ""), file=sys.stderr)
+            continue
         if t["status"] != "ok":
             print(f"[maintenance] {name:<28} {t['status']}")
             continue
         vac = t.get("vacuum", {})
-        print(f"[maintenance] {name:<28} files {t['files_before']} -> {t['files_after']}, "
-              f"bytes {t['bytes_before']} -> {t['bytes_after']}, vacuumed "
-              f"{vac.get('files_removed', vac.get('would_remove', 0))} (retention "
-              f"{vac.get('retention_hours')} h{', held by ' + vac['held_back_by'] if vac.get('held_back_by') else ''})")
+        line = (f"[maintenance] {name:<28} files {t['files_before']} -> {t['files_after']}, "
+                f"bytes {t['bytes_before']} -> {t['bytes_after']}, vacuumed "
+                f"{vac.get('files_removed', vac.get('would_remove', 0))} (retention "
+                f"{vac.get('retention_hours')} h{', held by ' + vac['held_back_by'] if vac.get('held_back_by') else ''})")
+        if t.get("log_cleanup", {}).get("skipped"):
+            line += f"; {t['log_cleanup']['reason']}"
+        print(line)
     print(MAINTENANCE_SUMMARY_PREFIX + json.dumps(report, default=str), flush=True)
+    damaged = [n for n in report["failed"] if report["tables"][n]["status"] == "damaged"]
+    if damaged:
+        print(f"[maintenance] NEEDS RECOVERY: pipeline {report['pipeline']!r}: the Delta log of "
+              f"{', '.join(map(repr, damaged))} cannot be read (recovery above); the other tables "
+              "were maintained", file=sys.stderr)
+        return EXIT_NEEDS_RECOVERY
+    if report["failed"]:
+        print(f"[maintenance] FAILED: pipeline {report['pipeline']!r}: "
+              f"{', '.join(map(repr, report['failed']))} (errors above); the other tables were "
+              "maintained", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 

@@ -6,6 +6,8 @@ Created for every pipeline YAML with a ``maintenance:`` section (schedule
 cleanup, VACUUM held back by lagging change-feed readers; see :mod:`cdc_lake.maintenance`) on
 the Airflow worker — delta-rs, no Spark — and returns the report (XCom) after logging it.
 Exit 75 (an ingest run holds the pipeline lock) skips the task: the next scheduled run does it.
+Exit 3 (a table's Delta log cannot be read; the other tables were maintained) fails the task
+without a retry: the log names the table and the recovery. Exit 1 (another failure) is retried.
 
 Example::
 
@@ -53,6 +55,11 @@ class CdcMaintenanceOperator(BaseOperator):
         if result.code == 2:
             raise AirflowFailException("Maintenance rejected the config (exit 2); not retrying:\n"
                                        + "\n".join(result.tail[-5:]))
+        if result.code == 3:
+            raise AirflowFailException(
+                f"Maintenance of {self.pipeline.name!r}: a table's Delta log cannot be read (exit 3); "
+                "the other tables were maintained; not retrying. The messages below name the table "
+                "and the recovery:\n" + "\n".join(result.tail[-10:]))
         if result.code != 0:
             raise AirflowException(f"Maintenance of {self.pipeline.name!r} failed (exit {result.code}):\n"
                                    + "\n".join(result.tail[-10:]))
