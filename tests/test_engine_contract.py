@@ -212,6 +212,30 @@ def test_tables_under_folders_with_special_characters(spark, engine, tmp_path, f
     assert (tmp_path / folder / "t" / "_delta_log").is_dir()
 
 
+def test_job_commits_never_clean_up_the_delta_log(spark, tmp_path):
+    """delta-rs deletes expired log files after the checkpoint it writes every
+    delta.checkpointInterval commits; behind a change-feed reader paused past the log retention
+    that lost the commits it still had to read. The jobs' commits leave the cleanup to the
+    maintenance job, which holds it back for lagging readers. (deltalake engine: delta-spark's
+    own cleanup at checkpoints is not configured here and did not run.)"""
+    from deltalake import DeltaTable
+
+    from cdc_lake.engines import select_engine
+
+    engine = select_engine(spark, "deltalake")
+    path = str(tmp_path / "t")
+    engine.merge(path, _df(spark, [(1, "a", None, "1")]), SPEC, txn=Txn("j", 0))
+    DeltaTable(path).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds",
+                                                 "delta.checkpointInterval": "2"})
+    for i in range(1, 6):
+        engine.merge(path, _df(spark, [(i + 1, "b", None, "1")]), SPEC, txn=Txn("j", i))
+        engine.append(str(tmp_path / "q"), _df(spark, [(i, "q", None, "1")]), txn=Txn("q", i))
+    logs = sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.json"))
+    assert logs[0] == "00000000000000000000.json" and any(
+        p.name.endswith(".checkpoint.parquet") for p in (tmp_path / "t" / "_delta_log").iterdir()), logs
+    assert len(_rows(engine, path)) == 6
+
+
 def test_read_missing_table_is_none(spark, engine, tmp_path):
     assert engine.read(str(tmp_path / "nope")) is None
     assert engine.count(str(tmp_path / "nope")) == 0

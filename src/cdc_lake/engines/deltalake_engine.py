@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -108,6 +108,12 @@ class DeltaRsEngine(Engine):
         DeltaTable.create(path, schema=_arrow_schema(schema), mode="ignore",
                            configuration=CDF_CONFIGURATION)
 
+    # The jobs' commits may write a checkpoint (every delta.checkpointInterval commits) but never
+    # delete expired log files: delta-rs would do so after such a checkpoint, behind a change-feed
+    # reader paused past delta.logRetentionDuration. The maintenance job owns the log cleanup and
+    # holds it back for lagging readers (cdc_lake.maintenance).
+    _HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
     def _commit(self, txn: Txn) -> CommitProperties:
         return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)])
 
@@ -149,7 +155,7 @@ class DeltaRsEngine(Engine):
         dt = DeltaTable(path)
         merger = dt.merge(source=data, predicate=spec.predicate, source_alias="s",
                           target_alias="t", merge_schema=True,
-                          commit_properties=self._commit(txn))
+                          commit_properties=self._commit(txn), post_commithook_properties=self._HOOKS)
         for c in spec.clauses:
             if c.kind == "matched_delete":
                 merger = merger.when_matched_delete(predicate=c.condition)
@@ -167,13 +173,14 @@ class DeltaRsEngine(Engine):
         if data.num_rows == 0:
             return WriteResult(False, self.version(path))
         write_deltalake(path, data, mode="append", schema_mode="merge",
-                        configuration=CDF_CONFIGURATION, commit_properties=self._commit(txn))
+                        configuration=CDF_CONFIGURATION, commit_properties=self._commit(txn),
+                        post_commithook_properties=self._HOOKS)
         return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
 
     def replace(self, path: str, df: DataFrame) -> WriteResult:
         data = _to_arrow(df)
         write_deltalake(path, data, mode="overwrite", schema_mode="overwrite",
-                        configuration=CDF_CONFIGURATION)
+                        configuration=CDF_CONFIGURATION, post_commithook_properties=self._HOOKS)
         return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
 
     def widen(self, path: str, types: dict[str, str]) -> WriteResult:
@@ -191,7 +198,8 @@ class DeltaRsEngine(Engine):
         data = _to_arrow(df.select(*cols))
         write_deltalake(path, data, mode="overwrite", schema_mode="overwrite",
                         configuration=CDF_CONFIGURATION,
-                        commit_properties=CommitProperties(custom_metadata={SAME_ROWS: "true"}))
+                        commit_properties=CommitProperties(custom_metadata={SAME_ROWS: "true"}),
+                        post_commithook_properties=self._HOOKS)
         return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
 
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]:
