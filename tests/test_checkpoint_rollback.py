@@ -121,3 +121,42 @@ def test_an_empty_state_file_stops_the_run_and_moving_it_aside_converges(spark, 
         assert run_pipeline(cfg, spark=spark, run_id=f"run{n}")["status"] == "succeeded"
         assert rows(cfg.tables["orders"].path) == {i: f"s{i}" for i in range(1, n + 1)}, name
         assert f.exists(), f"{name} is written again by the run"
+
+
+@pytest.mark.parametrize("damage", ["metadata", "sources"])
+def test_a_checkpoint_without_metadata_or_source_log_stops_and_its_recovery_converges(
+        spark, tmp_path, damage):
+    """``metadata`` or ``sources/`` of a checkpoint with committed batches deleted: the run used
+    to fail in Spark (exit 1, STREAMING_CHECKPOINT_MISSING_METADATA_FILE / "batch 1 doesn't
+    exist"). It now stops before Spark naming the file and the recovery; following the printed
+    command gives every event."""
+    import re
+
+    from cdc_lake.checkpoint_log import CheckpointDamaged
+
+    cfg = pipeline(tmp_path)
+    cp, orders, customers = cfg.checkpoint_path, cfg.tables["orders"].path, cfg.tables["customers"].path
+    land(cfg.landing_path, "a.json", event(1), event(2), event(9, "customers"), "{bad a")
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(12, typ="update", id=2, status="paid"))
+    run_pipeline(cfg, spark=spark, run_id="r2")
+    victim = cp / damage
+    shutil.rmtree(victim) if victim.is_dir() else victim.unlink()
+    land(cfg.landing_path, "c.json", event(3), event(13, typ="delete", id=1), event(4, "customers"))
+
+    with pytest.raises(CheckpointDamaged) as e:
+        run_pipeline(cfg, spark=spark, run_id="r3")
+    msg = str(e.value)
+    named = cp / "metadata" if damage == "metadata" else cp / "sources" / "0" / "0"
+    assert f"checkpoint file {named} is missing" in msg, msg
+    assert rows(orders) == {1: "s1", 2: "paid"}, "nothing may be written before the operator acts"
+
+    command = re.search(r"`(mv \S+ \S+) && (spark-submit [^`]+)`", msg)
+    assert command and command.group(2) == f"spark-submit spark_jobs/cdc_ingest.py --pipeline {cfg.file}"
+    subprocess.run(command.group(1), shell=True, check=True)  # the recovery the message names
+    assert run_pipeline(cfg, spark=spark, run_id="r4")["status"] == "succeeded"  # (its run)
+    assert rows(orders) == {2: "paid", 3: "s3"} and rows(customers) == {4: "s4", 9: "s9"}
+    assert _quarantined(cfg) == [("a.json", "{bad a")]
+    land(cfg.landing_path, "d.json", event(14, typ="update", id=3, status="later"))
+    assert run_pipeline(cfg, spark=spark, run_id="r5")["status"] == "succeeded"
+    assert rows(orders) == {2: "paid", 3: "later"}

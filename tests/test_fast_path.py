@@ -166,3 +166,38 @@ def test_auto_engine_no_op_run_starts_no_spark(spark, tmp_path, monkeypatch):
     summary = run_pipeline(cfg, run_id="noop")  # no session passed, as under spark-submit
     assert summary["batches"] == 0 and summary["engine"] == "auto (not started: nothing new)"
     assert summary["tables"]["orders"]["delta_version"] is not None
+
+
+_FIRST = {  # one insert of orders id 1 per format
+    "maxwell": _event(1),
+    "debezium": json.dumps({"before": None, "after": {"id": 1, "status": "s1"}, "op": "c",
+                            "ts_ms": 1795000000000,
+                            "source": {"connector": "mysql", "ts_ms": 1795000000000,
+                                       "snapshot": "false", "db": "shop", "table": "orders",
+                                       "file": "mysql-bin.000001", "pos": 1001, "row": 0}}),
+    "canal": json.dumps({"data": [{"id": "1", "status": "s1"}], "database": "shop",
+                         "table": "orders", "type": "INSERT", "es": 1795000000000,
+                         "ts": 1795000000001, "id": 1, "isDdl": False, "pkNames": ["id"],
+                         "mysqlType": {"id": "int", "status": "varchar(10)"}, "old": None}),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(_FIRST))
+def test_whitespace_only_lines_are_skipped_like_empty_lines(spark, tmp_path, fmt):
+    """A line of JSON whitespace (tabs, a CR before the LF) or form feeds / vertical tabs is a
+    blank line: skipped, not quarantined as malformed JSON (the filter used to strip spaces
+    only). A line with anything else in it still goes to the quarantine."""
+    (tmp_path / "landing").mkdir()
+    p = tmp_path / "p.yaml"
+    p.write_text(YAML.format(glob="").replace("format: maxwell", f"format: {fmt}"), encoding="utf-8")
+    cfg = load_pipeline(p)
+    blanks = ["", "   ", "\t", "  \t ", "\f", "\x0b", " \t\f\x0b ", "\t\r"]  # "\t\r" + "\n": CRLF
+    (cfg.landing_path / "a-000.json").write_bytes(
+        "\n".join([*blanks, _FIRST[fmt], *blanks, "\t{bad", "\u00a0", *blanks]).encode() + b"\n")
+    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    assert _rows(cfg.table_path("orders")) == {1: "s1"}
+    from deltalake import DeltaTable
+
+    raw = sorted(DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().column("raw_line").to_pylist())
+    assert raw == ["\t{bad", "\u00a0"], raw  # a non-breaking space is not JSON whitespace
+    assert s["quarantined"] == 2, s

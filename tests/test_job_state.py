@@ -162,6 +162,70 @@ def test_damaged_checkpoint_file_names_the_file_and_the_recovery(tmp_path, damag
         in r.stderr
 
 
+@pytest.mark.parametrize("damage", ["metadata", "sources", "last_source_log"])
+def test_missing_checkpoint_file_names_the_file_and_the_recovery(damage, request):
+    """A checkpoint with batches but without ``metadata`` or (part of) the file source's log:
+    exit 3 naming the file and the recovery, before Spark starts (it failed, exit 1, with
+    STREAMING_CHECKPOINT_MISSING_METADATA_FILE / "batch 1 doesn't exist" and a page of plan)."""
+    cfg, cp = request.getfixturevalue("ingested")
+    victim, named = {"metadata": (cp / "metadata", cp / "metadata"),
+                     "sources": (cp / "sources", cp / "sources" / "0" / "0"),
+                     "last_source_log": (cp / "sources" / "0" / "1", cp / "sources" / "0" / "1")}[damage]
+    kept = cp.parent / f"kept-{damage}"
+    shutil.move(str(victim), str(kept))
+    try:
+        r = _cli(cfg.file)
+    finally:
+        shutil.move(str(kept), str(victim))
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert f"NEEDS RECOVERY: checkpoint file {named} is missing" in r.stderr, r.stderr
+    assert f"mv {cp} {cp}.damaged && spark-submit spark_jobs/cdc_ingest.py --pipeline {cfg.file}" \
+        in r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+def test_which_checkpoints_count_as_complete(tmp_path):
+    """No Spark: a new checkpoint (no batches) needs no ``metadata`` nor source log; a compacted
+    source log whose entries below the newest ``.compact`` were deleted (as Spark does) is
+    complete; a gap above it, or log entries the last offsets reach that are gone, is not."""
+    from cdc_lake.checkpoint_log import CheckpointDamaged, validate_checkpoint
+
+    def put(name: str, text: str) -> None:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    validate_checkpoint(tmp_path / "none", recovery="R")
+    put("cdc_instance.json", '{"instance_id": "x"}')  # ours only: Spark never started
+    validate_checkpoint(tmp_path, recovery="R")
+    put("metadata", '{"id":"5c7e3e06-2d2a-4a8e-9d3a-1f2e3d4c5b6a"}\n')  # started, no batch yet
+    validate_checkpoint(tmp_path, recovery="R")
+    entry = 'v1\n{"path":"file:///l/a.json","timestamp":1,"batchId":%d}\n'
+    for n in (10, 11, 12):
+        put(f"offsets/{n}", 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":%d}\n' % n)
+        put(f"commits/{n}", 'v1\n{"nextBatchWatermarkMs":0}\n')
+    put("sources/0/9.compact", entry % 9)
+    for n in (10, 11, 12):
+        put(f"sources/0/{n}", entry % n)
+    validate_checkpoint(tmp_path, recovery="R")
+    put("offsets/13", 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":-1}\n')
+    validate_checkpoint(tmp_path, recovery="R")  # (no file source offset: nothing to check)
+    (tmp_path / "offsets" / "13").unlink()
+    put("offsets/13", 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":13}\n')
+    with pytest.raises(CheckpointDamaged) as e:  # planned up to entry 13; the entry is gone
+        validate_checkpoint(tmp_path, recovery="R")
+    assert e.value.file == tmp_path / "sources" / "0" / "13", str(e.value)
+    (tmp_path / "offsets" / "13").unlink()
+    (tmp_path / "sources" / "0" / "11").unlink()
+    with pytest.raises(CheckpointDamaged) as e:
+        validate_checkpoint(tmp_path, recovery="R")
+    assert e.value.file == tmp_path / "sources" / "0" / "11" and "Recovery: R" in str(e.value)
+    put("sources/0/11", entry % 11)
+    (tmp_path / "metadata").unlink()
+    with pytest.raises(CheckpointDamaged) as e:
+        validate_checkpoint(tmp_path, recovery="R")
+    assert e.value.file == tmp_path / "metadata", str(e.value)
+
+
 @pytest.fixture(scope="module")
 def ingested(spark, tmp_path_factory):  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("damaged")

@@ -12,7 +12,10 @@ A Structured Streaming checkpoint folder holds:
 Spark writes them atomically, but a full disk, a copied folder or a storage fault can leave an
 empty or truncated file, and Spark then fails with "Incomplete log file" (or a JSON error) deep in
 a stack trace. :func:`validate_checkpoint` checks every one of them before Spark starts and raises
-:class:`CheckpointDamaged` naming the file, what is wrong and the recovery command.
+:class:`CheckpointDamaged` naming the file, what is wrong and the recovery command. It also
+raises it when a checkpoint that has batches lacks ``metadata`` or an entry of the file source
+log that Spark reads on a start (deleted by hand or lost in a copy: Spark failed with
+STREAMING_CHECKPOINT_MISSING_METADATA_FILE or "batch K doesn't exist").
 
 Spark writes each log file as a hidden temp file (``.N.<uuid>.tmp`` and its checksum
 ``..N.<uuid>.tmp.crc``) and renames it into place. A driver killed between the two leaves the
@@ -205,8 +208,10 @@ def remove_unfinished_writes(checkpoint: Path) -> list[Path]:
 
 
 def validate_checkpoint(checkpoint: Path, *, recovery: str) -> None:
-    """Check every Spark log file of the checkpoint; raise :class:`CheckpointDamaged` on the
-    first damaged one. A checkpoint that does not exist yet is fine."""
+    """Check every Spark log file of the checkpoint, and that a checkpoint with batches has its
+    ``metadata`` and the file source log entries Spark reads on a start; raise
+    :class:`CheckpointDamaged` on the first damaged or missing one. A checkpoint that does not
+    exist yet (or holds only files of ours) is fine."""
     meta = checkpoint / "metadata"
     checks: list[tuple[Path, Any]] = []
     if meta.exists():
@@ -226,6 +231,51 @@ def validate_checkpoint(checkpoint: Path, *, recovery: str) -> None:
         except (ValueError, UnicodeDecodeError, OSError) as e:
             raise CheckpointDamaged(path, str(e) if isinstance(e, ValueError) else
                                     f"unreadable ({e})", recovery) from None
+    _check_complete(checkpoint, recovery)
+
+
+def _check_complete(checkpoint: Path, recovery: str) -> None:
+    """The files a checkpoint that has batches cannot lack (every file present is readable).
+
+    A new checkpoint has none of them (Spark writes ``metadata`` when the query first starts,
+    ``sources/0/K`` before the ``offsets/N`` that takes the file source to log entry ``K``). Once
+    ``offsets/`` or ``commits/`` holds a batch, Spark refuses a checkpoint without ``metadata``
+    (STREAMING_CHECKPOINT_MISSING_METADATA_FILE) and re-reads the file source's log from its
+    newest ``K.compact`` (else from entry 0) up to its newest entry on every start ("batch K
+    doesn't exist" when one is gone). Entries below the newest compact file are in it, so Spark
+    may delete their files."""
+    offsets = batch_ids(checkpoint / "offsets")
+    batches = sorted(set(offsets) | set(batch_ids(checkpoint / "commits")))
+    if not batches:
+        return
+    meta = checkpoint / "metadata"
+    if not meta.is_file():
+        last = batches[-1]
+        has = ", ".join(f"{d}/{last}" for d in ("offsets", "commits")
+                        if last in batch_ids(checkpoint / d))
+        raise CheckpointDamaged(meta, f"missing (it holds the query id) while the checkpoint "
+                                f"has batches up to {last} ({has})", recovery)
+    if not offsets:
+        return
+    entry = read_offsets(checkpoint, offsets[-1])  # readable: checked before
+    for source, offset in enumerate(entry.sources):
+        k = offset.get("logOffset") if isinstance(offset, dict) else None
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            continue  # no file taken yet (or not a file source)
+        folder = checkpoint / "sources" / str(source)
+        found = source_log_files(checkpoint, source)
+        ids = {n for n, _ in found}
+        top = max([k, *ids])
+        first = max((n for n, p in found if p.name.endswith(".compact") and n <= top), default=0)
+        missing = [n for n in range(first, top + 1) if n not in ids]
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+            gone = (f"the folder {folder} is gone" if not folder.is_dir()
+                    else f"log entry {shown} is gone" if len(missing) == 1
+                    else f"log entries {shown} are gone")
+            raise CheckpointDamaged(folder / str(missing[0]), (
+                f"missing ({gone}): offsets/{offsets[-1]} has taken the file source to entry {k} "
+                f"of its log, and Spark re-reads entries {first}..{top} on every start"), recovery)
 
 
 def _metadata(path: Path) -> None:

@@ -46,6 +46,14 @@ __all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
 MAX_FILE_AGE = FILE_SOURCE_MAX_AGE  # (see cdc_lake.config)
 
 
+# A blank line (empty, or only whitespace: space, tab, form feed, vertical tab; Hadoop splits at
+# \r and \n) is skipped, not quarantined as malformed JSON. Spark's ``trim`` strips spaces only,
+# so "\t" used to be quarantined. Java's ``\S`` is any character but [ \t\n\x0B\f\r] and
+# ``rlike`` is ``find()``: the scan stops at the first one (a JSON line's first, ``{``).
+# Unicode spaces (U+00A0, U+2028...) are not JSON whitespace: such a line is quarantined.
+NOT_BLANK = r"\S"
+
+
 def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None) -> DataFrame:
     """The landing folder as a bounded file stream of normalized change events."""
     reader = (spark.readStream.format("text")
@@ -57,7 +65,7 @@ def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None)
         reader = reader.option("pathGlobFilter", cfg.file_glob)
     lines = (reader.load(str(cfg.landing_path))
              .select(F.col("value").alias("_line"), F.col("_metadata.file_path").alias("_file"))
-             .where(F.trim("_line") != ""))
+             .where(F.col("_line").rlike(NOT_BLANK)))
     return parser_for(cfg.source_format)(lines)
 
 
