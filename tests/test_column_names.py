@@ -141,6 +141,11 @@ def test_case_only_rename_is_one_column(lake):  # type: ignore[no-untyped-def]
     ("  orders: {keys: [id], path: lake/_checkpoints}", "tables.orders.path",
      "contains storage.checkpoint"),
     ("  orders: {keys: [id], path: landing/t}", "tables.orders.path", "lies inside source.path"),
+    # two tables: named with both keys and paths (was "two tables share one target path")
+    ("  customers: {keys: [id]}\n  orders: {keys: [id], path: lake/customers}", "tables.orders.path",
+     "is the path of tables.customers ("),
+    ("  customers: {keys: [id]}\n  orders: {keys: [id], path: lake/customers/x}", "tables.orders.path",
+     "lies inside the path of tables.customers ("),
 ])
 def test_table_path_overlapping_the_pipelines_own_paths_is_refused(tmp_path, tables, key, words):
     """Before: accepted; the side-table append used the batch's transaction id first and the

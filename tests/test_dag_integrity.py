@@ -309,3 +309,16 @@ def test_dag_parsing_does_not_import_pyspark():
     assert result["dags"] == sorted(REPO_ALL)
     # parse time is reported, never asserted (timings depend on the machine's load)
     print(f"DAG file parse: {result['seconds']:.2f} s")
+
+
+def test_import_error_counts_files_and_lists_each_error_once(tmp_path):
+    """A file whose pipeline DAG and maintenance DAG both failed was counted twice and listed
+    twice (tester: "3 pipeline config file(s)" for two files)."""
+    from cdc_lake.airflow.dag_factory import PipelineConfigErrors
+    from cdc_lake.config import ConfigError
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    e = PipelineConfigErrors(tmp_path, [ConfigError(a, "start_date", "bad"), ConfigError(b, "start_date", "bad"),
+                                        ConfigError(b, "start_date", "bad")])
+    assert str(e).startswith(f"2 pipeline config file(s) in {tmp_path} are broken")
+    assert str(e).count(f"{b}: start_date: bad") == 1

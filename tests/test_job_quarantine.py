@@ -97,3 +97,23 @@ def test_max_rows_limit_in_process(spark, tmp_path):
         run_pipeline(cfg, spark=spark, run_id="r1")
     assert e.value.summary["status"] == "failed_quarantine_threshold"
     assert len(rows(cfg.tables["orders"].path)) == 19
+
+
+def test_top_reasons_count_kinds_not_rows(tmp_path):
+    """Each reason names its row's line size or value: identical errors were never grouped
+    ("1x malformed JSON ... line of 8 bytes; 1x ... line of 7 bytes", tester). Counted by kind,
+    with one recorded reason as the example. No Spark: a quarantine table written by delta-rs."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from cdc_lake.quarantine_limits import top_reasons
+
+    reasons = ["malformed JSON; line of 8 bytes '{bad one'", "malformed JSON; line of 7 bytes '{bad 2'",
+               "malformed JSON; line of 2 bytes '{x'", 'table t column id: value "x" is not a valid bigint',
+               'table t column id: value "y" is not a valid bigint']
+    write_deltalake(str(tmp_path / "q"), pa.table({"reason": reasons + ["other run"],
+                                                   "run_id": ["r"] * 5 + ["s"]}))
+    got = top_reasons(tmp_path / "q", "r")
+    assert [(r["reason"], r["count"]) for r in got] == [
+        ("malformed JSON; line of N bytes '…'", 3), ("table t column id: value '…' is not a valid bigint", 2)]
+    assert got[0]["example"] == reasons[0]

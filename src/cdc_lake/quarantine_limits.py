@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import re
-
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,16 +78,34 @@ def parse_quarantine_limits(r: Any) -> QuarantineLimits:
     return QuarantineLimits(max_fraction=None if frac is None else float(frac), max_rows=rows)
 
 
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def reason_kind(reason: str) -> str:
+    """A quarantine reason without its row's particulars (quoted values become ``'…'``, numbers
+    ``N``), so that "line of 8 bytes '{bad'" and "line of 7 bytes '{bd'" count as one kind.
+
+    Example: ``reason_kind("line of 8 bytes '{bad'")`` -> ``"line of N bytes '…'"``."""
+    return _NUMBER.sub("N", _QUOTED.sub("'…'", reason))
+
+
 def top_reasons(quarantine_path: Path, run_id: str, n: int = 5) -> list[dict[str, Any]]:
-    """The ``n`` most frequent quarantine reasons of one run, with counts (read with delta-rs)."""
+    """The ``n`` most frequent kinds of quarantine reason of one run (:func:`reason_kind`), each
+    with its count and one reason as it was recorded (``example``); read with delta-rs."""
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(str(quarantine_path)):
         return []
     table = DeltaTable(str(quarantine_path)).to_pyarrow_table(
         columns=["reason", "run_id"], filters=[("run_id", "=", run_id)])
-    counts = Counter(str(r) for r in table.column("reason").to_pylist())
-    return [{"reason": reason, "count": c} for reason, c in counts.most_common(n)]
+    counts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for r in table.column("reason").to_pylist():
+        kind = reason_kind(str(r))
+        counts[kind] += 1
+        example.setdefault(kind, str(r))
+    return [{"reason": kind, "count": c, "example": example[kind]} for kind, c in counts.most_common(n)]
 
 
 def enforce(limits: QuarantineLimits, summary: dict[str, Any], quarantine_path: Path) -> None:

@@ -50,9 +50,10 @@ class PipelineConfigErrors(Exception):
 
     def __init__(self, directory: Path, errors: list[ConfigError]) -> None:
         self.directory, self.errors = directory, errors
-        listing = "\n".join(f"  - {e}" for e in errors)
+        listing = "\n".join(dict.fromkeys(f"  - {e}" for e in errors))
+        files = len({str(getattr(e, "file", "")) for e in errors})
         super().__init__(
-            f"{len(errors)} pipeline config file(s) in {directory} are broken; their DAGs are not "
+            f"{files} pipeline config file(s) in {directory} are broken; their DAGs are not "
             f"loaded (the other pipelines' DAGs are unaffected):\n{listing}")
 
 
@@ -92,7 +93,8 @@ def _build_all(directory: str | os.PathLike[str] | None) -> tuple[dict[str, DAG]
             errors.append(ConfigError(cfg.file, "", f"Airflow cannot build this DAG: {type(e).__name__}: {e}"))
         else:
             dags[cfg.name] = dag
-        if getattr(cfg, "maintenance", None) is not None:
+        # (a maintenance DAG of a file whose main DAG failed would repeat its error)
+        if getattr(cfg, "maintenance", None) is not None and cfg.name in dags:
             try:
                 from cdc_lake.airflow.maintenance import build_maintenance_dag
 

@@ -198,9 +198,17 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
                           f"tables.{seen_sources[ident]}")
         seen_sources[ident] = t.name
         tables[t.name] = t
-    paths = [t.path for t in tables.values()]
-    if len(set(paths)) != len(paths):
-        raise r.fail("tables", "two tables share one target path")
+    named = list(tables.values())
+    for i, a in enumerate(named):
+        for b in named[i + 1:]:
+            how = overlap(b.path.resolve(), a.path.resolve())  # b relative to a
+            if how is not None:
+                what = {"is": "is the path of", "lies inside": "lies inside the path of",
+                        "contains": "contains the path of"}[how]
+                raise r.fail(f"tables.{b.name}.path", (
+                    f"{b.path} {what} tables.{a.name} ({a.path}): each table needs a path of "
+                    "its own (one MERGE would overwrite the other's rows, a full refresh of one "
+                    "delete both)"))
     checkpoint = storage.path("checkpoint", default=root / "_checkpoints" / name)
     quarantine = storage.path("quarantine", default=root / "_quarantine")
     ddl_log = storage.path("ddl_log", default=root / "_ddl_log")
