@@ -27,8 +27,8 @@ from cdc_lake.cdc.job import run_pipeline
 from cdc_lake.config import load_pipeline
 from cdc_lake.demo.generator import generate
 from cdc_lake.demo.pipeline_yaml import write_pipeline_yaml
-from cdc_lake.maintenance import (MaintenanceSettings, committed_source_versions, maintain_table,
-                                  run_maintenance)
+from cdc_lake.maintenance import MaintenanceSettings, maintain_table, run_maintenance
+from cdc_lake.retention import committed_source_versions
 
 DAG_YAML = """\
 pipeline: cap_dag
@@ -150,7 +150,7 @@ def test_vacuum_retention_is_held_back_by_a_lagging_change_feed_reader(tmp_path)
     (ckpt / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"version": 0}\n')
     assert committed_source_versions(ckpt) == [0]
     reader = SimpleNamespace(name="enrich_x", checkpoint_path=ckpt, change_feed_sources=[str(table)])
-    from cdc_lake.maintenance import lagging_readers
+    from cdc_lake.retention import lagging_readers
 
     readers = lagging_readers(table, [reader])
     assert readers == [("enrich_x", 0)]
@@ -194,7 +194,7 @@ def test_the_shipped_enrich_pipeline_is_seen_as_a_change_feed_reader_of_its_fact
     """Maintenance of shop_maxwell must see shop_order_lines (a real enrich YAML, loaded the way
     run_maintenance loads its neighbours) as the reader of order_items' change feed."""
     from cdc_lake.config import load_all
-    from cdc_lake.maintenance import lagging_readers
+    from cdc_lake.retention import lagging_readers
 
     monkeypatch.setenv("CDC_DATA_DIR", str(tmp_path))
     pipelines, errors = load_all(REPO / "pipelines")
@@ -249,7 +249,7 @@ def test_log_cleanup_keeps_the_commits_a_reader_paused_past_the_log_retention_st
     30-day log retention): checkpoint + cleanup_metadata() removed commits 0..6 and the reader
     then stopped with "the log entry of version 5 was removed" (exit 3) although the report said
     the reader held retention back. The cleanup is skipped for that table and the report says why."""
-    from cdc_lake.maintenance import lagging_readers
+    from cdc_lake.retention import lagging_readers
     from cdc_lake.sources.delta_log import DeltaLog
 
     table = tmp_path / "orders"
@@ -282,7 +282,7 @@ def test_log_cleanup_keeps_the_commits_a_reader_paused_past_the_log_retention_st
 def test_log_cleanup_still_removes_expired_commits_older_than_what_readers_need(tmp_path):
     """The hold is by version: expired commits below the lagging reader's last read version go
     (and the reader still reads its change feed); with no lagging reader every expired one goes."""
-    from cdc_lake.maintenance import lagging_readers
+    from cdc_lake.retention import lagging_readers
 
     table = tmp_path / "orders"
     _cdf_table(table, 8)

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -62,16 +61,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdc_lake.retention import (expired_log_versions, lagging_readers, log_hold,
+                                log_retention_seconds, vacuum_retention_hours)
+
 if TYPE_CHECKING:  # deltalake is imported where tables are touched: config/DAG parsing stays light
     from deltalake import DeltaTable
 
 MAINTENANCE_SUMMARY_PREFIX = "CDC_MAINTENANCE_SUMMARY "
 EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED, EXIT_NEEDS_RECOVERY = 2, 75, 1, 3
-DEFAULT_LOG_RETENTION_S = 30 * 86400  # Delta's delta.logRetentionDuration default
-LOG_RETENTION_MARGIN_S = 3600         # a commit expiring within this counts as expired already
-_UNIT_S = {"microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "hour": 3600,
-           "day": 86400, "week": 7 * 86400}
-_LOG_FILE = re.compile(r"^(\d{20})\.")  # <version>.json / .checkpoint.parquet / .crc ...
 
 
 @dataclass(frozen=True)
@@ -126,106 +123,6 @@ def _files(dt: DeltaTable) -> tuple[int, int]:
     return len(sizes), int(sum(sizes))
 
 
-def _commit_time(dt: DeltaTable, version: int) -> datetime | None:
-    for entry in dt.history():
-        if entry.get("version") == version and entry.get("timestamp") is not None:
-            return datetime.fromtimestamp(entry["timestamp"] / 1000, tz=timezone.utc)
-    return None
-
-
-def committed_source_versions(checkpoint: Path) -> list[int]:
-    """Delta versions in the last committed offsets of a streaming checkpoint whose sources
-    record ``{"version": n}`` offsets (the change-feed source), one per such source. A damaged
-    offsets file counts as "reads from the beginning" (-1): VACUUM then keeps everything."""
-    from cdc_lake.checkpoint_log import last_committed_batch, read_offsets
-
-    last = last_committed_batch(checkpoint)
-    if last is None:
-        return []
-    try:
-        entry = read_offsets(checkpoint, last)
-    except (OSError, ValueError):
-        return [-1]
-    return [o["version"] for o in entry.sources if o and isinstance(o.get("version"), int)]
-
-
-def lagging_readers(table: Path, pipelines: list[Any]) -> list[tuple[str, int]]:
-    """``(reader pipeline, last version it has read)`` for pipelines reading ``table``'s change feed."""
-    resolved = table.resolve()
-    found = []
-    for p in pipelines:
-        sources = getattr(p, "change_feed_sources", None)
-        paths = sources() if callable(sources) else (sources or [])
-        if not any(Path(s).resolve() == resolved for s in paths):
-            continue
-        versions = committed_source_versions(Path(p.checkpoint_path))
-        found.append((p.name, min(versions) if versions else -1))
-    return found
-
-
-def _retention_hours(dt: DeltaTable, settings: MaintenanceSettings,
-                     readers: list[tuple[str, int]]) -> tuple[int, str | None]:
-    hours, held_by = max(0, settings.vacuum_retention_hours), None
-    now = datetime.now(timezone.utc)
-    for name, version in readers:
-        needed = version + 1
-        if needed > dt.version():
-            continue
-        when = _commit_time(dt, max(needed, 0))
-        if when is None:  # history no longer has it: keep everything we can
-            return 10 ** 6, name
-        age = int((now - when).total_seconds() // 3600) + 1
-        if age >= hours:
-            hours, held_by = age + 1, name
-    return hours, held_by
-
-
-def log_retention_seconds(dt: DeltaTable) -> float:
-    """``delta.logRetentionDuration`` of the table in seconds (default 30 days). A value this
-    cannot parse counts as 0: every commit is then taken as expired, so a lagging reader holds
-    the log cleanup back rather than losing commits."""
-    raw = (dt.metadata().configuration or {}).get("delta.logRetentionDuration")
-    if raw is None:
-        return DEFAULT_LOG_RETENTION_S
-    m = re.fullmatch(r"\s*(?:interval\s+)?(\d+)\s*([a-z]+?)s?\s*", str(raw).lower())
-    if m is None or m.group(2) not in _UNIT_S:
-        return 0.0
-    return int(m.group(1)) * _UNIT_S[m.group(2)]
-
-
-def _log_hold(dt: DeltaTable, readers: list[tuple[str, int]]) -> tuple[int, str] | None:
-    """``(oldest version whose commit a reader still needs, that reader)``, or None when no reader
-    lags. A reader that has read version *v* reads the commits of *v+1…* and the commit of *v*
-    (to see that the table still continues what it read), so everything from *v* on is kept."""
-    hold: tuple[int, str] | None = None
-    latest = dt.version()
-    for name, version in readers:
-        if version + 1 > latest:
-            continue  # has read everything: needs only commits that do not exist yet
-        keep = max(version, 0)
-        if hold is None or keep < hold[0]:
-            hold = (keep, name)
-    return hold
-
-
-def _expired_log_versions(path: Path, keep_from: int, retention_s: float) -> list[int]:
-    """Versions >= ``keep_from`` with a ``_delta_log`` file (commit, checkpoint, crc) old enough
-    for delta-rs's log cleanup to delete (modified before now - retention + a margin)."""
-    import pyarrow.fs as pafs
-
-    uri = str(path)
-    fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else str(Path(uri).resolve()))
-    cutoff = time.time() - retention_s + LOG_RETENTION_MARGIN_S
-    found = set()
-    for fi in fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/_delta_log", allow_not_found=True)):
-        m = _LOG_FILE.match(fi.base_name)
-        if m is None or int(m.group(1)) < keep_from or fi.mtime is None:
-            continue
-        if fi.mtime.timestamp() <= cutoff:
-            found.add(int(m.group(1)))
-    return sorted(found)
-
-
 def _load(path: Path) -> tuple[DeltaTable | None, str | None]:
     """``(the table, None)``, or ``(None, why delta-rs cannot load its log)``. Storage errors
     (OSError, maybe transient) are raised: the table then counts as failed, not as damaged."""
@@ -256,7 +153,7 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
     files_before, bytes_before = _files(dt)
     report: dict[str, Any] = {"path": str(path), "status": "ok", "version_before": dt.version(),
                               "files_before": files_before, "bytes_before": bytes_before}
-    hold = _log_hold(dt, readers)
+    hold = log_hold(dt, readers)
     # a lagging reader: no log cleanup behind our back in the post-commit hooks of our own commits
     hooks = PostCommitHookProperties(cleanup_expired_logs=False) if hold is not None else None
     if settings.compact and not dry_run and files_before > 1:
@@ -270,7 +167,7 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
         if hold is not None:
             keep_from, reader = hold
             retention_s = log_retention_seconds(dt)
-            expired = _expired_log_versions(path, keep_from, retention_s)
+            expired = expired_log_versions(path, keep_from, retention_s)
             cleanup.update(held_back_by=reader, keep_from_version=keep_from)
             if expired:
                 cleanup.update(skipped=True, reason=(
@@ -286,7 +183,7 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
             report["checkpoint_version"] = dt.version()
         report["log_cleanup"] = cleanup
     if settings.vacuum:
-        hours, held_by = _retention_hours(dt, settings, readers)
+        hours, held_by = vacuum_retention_hours(dt, settings.vacuum_retention_hours, readers)
         removed = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False,
                             post_commithook_properties=hooks)
         report["vacuum"] = {"retention_hours": hours, "held_back_by": held_by,

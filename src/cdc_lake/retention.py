@@ -1,0 +1,133 @@
+"""How far back maintenance may clean a table that change-feed readers follow.
+
+An enrichment pipeline reading a table's change feed (its checkpoint's last committed offsets
+say which version it has read, :func:`committed_source_versions`) still needs the data files of
+the versions after it (VACUUM's retention is raised to keep them, :func:`vacuum_retention_hours`)
+and the ``_delta_log`` commits from that version on (:func:`log_hold`; delta-rs cannot bound its
+log cleanup by version, so :mod:`cdc_lake.maintenance` skips the cleanup while a commit it
+would delete is still needed, :func:`expired_log_versions`).
+
+Example::
+
+    readers = lagging_readers(Path("/lake/orders"), pipelines)   # [("shop_lines", 41)]
+    hours, held_by = vacuum_retention_hours(DeltaTable("/lake/orders"), 168, readers)
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+DEFAULT_LOG_RETENTION_S = 30 * 86400  # Delta's delta.logRetentionDuration default
+LOG_RETENTION_MARGIN_S = 3600         # a commit expiring within this counts as expired already
+_UNIT_S = {"microsecond": 1e-6, "millisecond": 1e-3, "second": 1, "minute": 60, "hour": 3600,
+           "day": 86400, "week": 7 * 86400}
+_LOG_FILE = re.compile(r"^(\d{20})\.")  # <version>.json / .checkpoint.parquet / .crc ...
+
+
+def _commit_time(dt: DeltaTable, version: int) -> datetime | None:
+    for entry in dt.history():
+        if entry.get("version") == version and entry.get("timestamp") is not None:
+            return datetime.fromtimestamp(entry["timestamp"] / 1000, tz=timezone.utc)
+    return None
+
+
+def committed_source_versions(checkpoint: Path) -> list[int]:
+    """Delta versions in the last committed offsets of a streaming checkpoint whose sources
+    record ``{"version": n}`` offsets (the change-feed source), one per such source. A damaged
+    offsets file counts as "reads from the beginning" (-1): VACUUM then keeps everything."""
+    from cdc_lake.checkpoint_log import last_committed_batch, read_offsets
+
+    last = last_committed_batch(checkpoint)
+    if last is None:
+        return []
+    try:
+        entry = read_offsets(checkpoint, last)
+    except (OSError, ValueError):
+        return [-1]
+    return [o["version"] for o in entry.sources if o and isinstance(o.get("version"), int)]
+
+
+def lagging_readers(table: Path, pipelines: list[Any]) -> list[tuple[str, int]]:
+    """``(reader pipeline, last version it has read)`` for pipelines reading ``table``'s change feed."""
+    resolved = table.resolve()
+    found = []
+    for p in pipelines:
+        sources = getattr(p, "change_feed_sources", None)
+        paths = sources() if callable(sources) else (sources or [])
+        if not any(Path(s).resolve() == resolved for s in paths):
+            continue
+        versions = committed_source_versions(Path(p.checkpoint_path))
+        found.append((p.name, min(versions) if versions else -1))
+    return found
+
+
+def vacuum_retention_hours(dt: DeltaTable, configured: int,
+                           readers: list[tuple[str, int]]) -> tuple[int, str | None]:
+    """VACUUM's retention in hours: ``configured``, raised to keep every file the oldest
+    lagging reader's next version references; and the reader that raised it."""
+    hours, held_by = max(0, configured), None
+    now = datetime.now(timezone.utc)
+    for name, version in readers:
+        needed = version + 1
+        if needed > dt.version():
+            continue
+        when = _commit_time(dt, max(needed, 0))
+        if when is None:  # history no longer has it: keep everything we can
+            return 10 ** 6, name
+        age = int((now - when).total_seconds() // 3600) + 1
+        if age >= hours:
+            hours, held_by = age + 1, name
+    return hours, held_by
+
+
+def log_retention_seconds(dt: DeltaTable) -> float:
+    """``delta.logRetentionDuration`` of the table in seconds (default 30 days). A value this
+    cannot parse counts as 0: every commit is then taken as expired, so a lagging reader holds
+    the log cleanup back rather than losing commits."""
+    raw = (dt.metadata().configuration or {}).get("delta.logRetentionDuration")
+    if raw is None:
+        return DEFAULT_LOG_RETENTION_S
+    m = re.fullmatch(r"\s*(?:interval\s+)?(\d+)\s*([a-z]+?)s?\s*", str(raw).lower())
+    if m is None or m.group(2) not in _UNIT_S:
+        return 0.0
+    return int(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def log_hold(dt: DeltaTable, readers: list[tuple[str, int]]) -> tuple[int, str] | None:
+    """``(oldest version whose commit a reader still needs, that reader)``, or None when no reader
+    lags. A reader that has read version *v* reads the commits of *v+1…* and the commit of *v*
+    (to see that the table still continues what it read), so everything from *v* on is kept."""
+    hold: tuple[int, str] | None = None
+    latest = dt.version()
+    for name, version in readers:
+        if version + 1 > latest:
+            continue  # has read everything: needs only commits that do not exist yet
+        keep = max(version, 0)
+        if hold is None or keep < hold[0]:
+            hold = (keep, name)
+    return hold
+
+
+def expired_log_versions(path: Path, keep_from: int, retention_s: float) -> list[int]:
+    """Versions >= ``keep_from`` with a ``_delta_log`` file (commit, checkpoint, crc) old enough
+    for delta-rs's log cleanup to delete (modified before now - retention + a margin)."""
+    import pyarrow.fs as pafs
+
+    uri = str(path)
+    fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else str(Path(uri).resolve()))
+    cutoff = time.time() - retention_s + LOG_RETENTION_MARGIN_S
+    found = set()
+    for fi in fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/_delta_log", allow_not_found=True)):
+        m = _LOG_FILE.match(fi.base_name)
+        if m is None or int(m.group(1)) < keep_from or fi.mtime is None:
+            continue
+        if fi.mtime.timestamp() <= cutoff:
+            found.add(int(m.group(1)))
+    return sorted(found)
