@@ -330,7 +330,9 @@ def test_a_lost_or_damaged_plan_of_a_batch_that_wrote_stops_it(spark, tmp_path: 
     monkeypatch.undo()
     plan = plan_file(lake.cfg.checkpoint_path, 1)
     good = plan.read_text(encoding="utf-8")
-    for damage in ("garbage{", None):
+    incomplete = json.dumps({**json.loads(good), "versions": {}})
+    for damage, word in (("garbage{", "unreadable"), ("[]", "unreadable"), ("null", "unreadable"),
+                         (incomplete, "incomplete"), (None, "missing")):
         if damage is None:
             plan.unlink()
         else:
@@ -339,7 +341,7 @@ def test_a_lost_or_damaged_plan_of_a_batch_that_wrote_stops_it(spark, tmp_path: 
         with pytest.raises(EnrichNeedsReprocess) as e:
             lake.feed()
         msg = str(e.value)
-        assert str(plan) in msg and ("unreadable" if damage else "missing") in msg, msg
+        assert str(plan) in msg and word in msg, msg
         assert "['enriched']" in msg and "--reprocess" in msg, msg
     plan.write_text(good, encoding="utf-8")  # the file put back: the replay completes the batch
     lake.fed, lake.batch_id = 0, 1
@@ -521,7 +523,7 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     lake.create("products", products((1, "apple", "fruit")))
     landing = tmp_path / "landing"
     landing.mkdir()
-    ids = ["e1", "e2"] if id_type == "string" else [1, 2]
+    ids = ["e1", "e2", "e3"] if id_type == "string" else [1, 2, 3]
     good = [{"event_id": ids[0], "product_id": 1, "qty": 1, "event_ts": "2026-01-02T10:00:00Z"},
             {"event_id": ids[1], "product_id": 1, "qty": 2, "event_ts": "2026-01-02T10:01:00Z"},
             {"event_id": ids[0], "product_id": 1, "qty": 1, "event_ts": "2026-01-02T10:00:00Z"}]  # dup
@@ -529,8 +531,13 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     broken = ['{"event_id": "b1", "product_id": 1, "qty": 3, BROKEN',
               '{"product_id": 1, "qty": 4 BROKEN',
               json.dumps({"event_id": 9 if id_type == "bigint" else "e9", "product_id": 1, "qty": 8,
-                          "event_ts": "yesterday"})]
-    (landing / "a.json").write_text("\n".join([json.dumps(e) for e in good + no_id] + broken) + "\n")
+                          "event_ts": "yesterday"}),
+              # a line not of the schema carrying a readable id: its id must not stand for the
+              # correct event of that id further down (which the dedup then dropped; tester)
+              json.dumps({"event_id": ids[2], "product_id": 1, "qty": "x", "event_ts": "2026-01-02T10:02:00Z"})]
+    fixed = {"event_id": ids[2], "product_id": 1, "qty": 4, "event_ts": "2026-01-02T10:02:00Z"}
+    (landing / "a.json").write_text("\n".join([json.dumps(e) for e in good + no_id] + broken
+                                              + [json.dumps(fixed)]) + "\n")
     cfg = lake.config(f"""
         kind: enrich
         pipeline: clicks
@@ -547,8 +554,24 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     """)
     s = run_enrich(cfg, spark=spark, run_id="r1")
     assert sorted(r[0] for r in lake.rows("gold/clicks", "event_id")) == ids
-    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 3, 2)]
+    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 7, 3)]
     q = lake.rows("gold/_quarantine", "raw_line", "reason")
-    assert s["quarantined"] == len(q) == 5, q
+    assert s["quarantined"] == len(q) == 6, q
     assert sorted(json.loads(r)["qty"] for r, why in q if "is null" in why) == [5, 6]
     assert sorted(r for r, why in q if "malformed JSON line" in why) == sorted(broken)
+    # run 2: an event without an id older than the watermark is quarantined too (the dedup
+    # dropped it as late before the job's own late check; tester); a duplicate still goes
+    (landing / "b.json").write_text("\n".join(json.dumps(e) for e in [
+        good[0], {"event_id": None, "product_id": 1, "qty": 11, "event_ts": "2020-01-01T00:00:00Z"}]) + "\n")
+    s2 = run_enrich(cfg, spark=spark, run_id="r2")
+    assert s2["quarantined"] == 1 and s2["enriched_upserted"] == 0, s2
+    (late,) = [json.loads(r) for r, _ in lake.rows("gold/_quarantine", "raw_line", "reason")
+               if '"qty":11' in r]
+    assert late["event_ts"].startswith("2020-01-01"), late
+    # the checkpoint is checked before the stream like the CDC job's (a missing metadata file)
+    from cdc_lake.checkpoint_log import CheckpointDamaged
+
+    (cfg.checkpoint_path / "metadata").unlink()
+    with pytest.raises(CheckpointDamaged) as e:
+        run_enrich(cfg, spark=spark, run_id="r3")
+    assert "metadata" in str(e.value) and "--reprocess" in str(e.value)

@@ -263,6 +263,12 @@ def _check_complete(checkpoint: Path, recovery: str) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             continue  # no file taken yet (or not a file source)
         folder = checkpoint / "sources" / str(source)
+        if not folder.is_dir() and any(p.is_dir() for p in (checkpoint / "sources").glob("*")):
+            # a query reading one folder twice (a union of two branches of one file stream:
+            # the enrichment events source for non-string ids) lists one offset per branch but
+            # keeps one log, in the first branch's folder; only a checkpoint whose sources/
+            # folders are all gone is known to lack this one
+            continue
         found = source_log_files(checkpoint, source)
         ids = {n for n, _ in found}
         top = max([k, *ids])

@@ -38,7 +38,8 @@ RESERVED = ("_unknown_members", "_fact_version", "_enriched_batch", "_dim_versio
             # one of these names failed the batch (AMBIGUOUS_REFERENCE, a UNION mismatch) or was
             # silently left out of the enriched table (`_reason`)
             "_is_delete", "_fate", "_bad", "_tie", "_reason", "_prev_missing", "_origin",
-            "_stored_version", "_rn", "__n", "__versions", "__sum", "__corrupt_line")
+            "_stored_version", "_rn", "__n", "__versions", "__sum", "__corrupt_line",
+            "__event_time_kept")
 # Events: the text of a line that is not JSON or holds a value not of its schema type (Spark's
 # corrupt-record column), carried to the quarantine.
 CORRUPT = "__corrupt_line"

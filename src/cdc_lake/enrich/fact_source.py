@@ -55,26 +55,34 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery
 
 
 _NULL_ID = "\u0000cdc-lake:no-id:"  # no real event id starts with a NUL character
+_TIME_KEPT = "__event_time_kept"
 
 
 def _dedupe_events(df: DataFrame, id_col: str, time_col: str, watermark: str,
                    id_type: str) -> DataFrame:
-    """Spark's streaming dedup by the event id — but every event without an id (a null id, a
-    malformed line) is one of its own: the dedup took all null ids for one id and let one row
-    through, so the others (and the text of malformed lines) were lost without a trace
-    (tester). A string id stands in for the missing one during the dedup (NUL-prefixed, a
-    UUID: unique per row; its state entry expires with the watermark like any other) and is
-    null again after it; for another id type the rows without an id bypass the dedup (a second
-    scan of the batch's files). Either way they reach the batch, where a null key is
-    quarantined. The dedup's state keeps its key schema (``[id]``): existing checkpoints go on
-    (checked with a checkpoint written by the previous code)."""
-    idc = F.col(f"`{id_col}`")
+    """Spark's streaming dedup by the event id, with every row that has no usable id — a null
+    id, or a line Spark could not read into the schema (its id may be parsed from a broken
+    line) — kept apart as one of its own: the dedup took all null ids for one (one row came
+    through, the others were lost), recorded the id of a broken line so that the correct line
+    after it was dropped as its duplicate, and dropped a late row before the job's own late
+    check (testers). Such rows reach the batch, where they are quarantined.
+
+    A string id column: the row gets a NUL-prefixed UUID as its id and a null event time for
+    the dedup (never a duplicate, never late: its state entry expires at once), both restored
+    after it (one scan of the files). Another id type: such rows bypass the dedup (a union: a
+    second scan of the batch's files). The dedup's state keeps its key schema (``[id]``), so
+    existing checkpoints go on (checked with a checkpoint written by the previous code)."""
+    idc, tc = F.col(f"`{id_col}`"), F.col(f"`{time_col}`")
+    apart = idc.isNull() | F.col(f"`{CORRUPT}`").isNotNull()
     if id_type.strip().lower() == "string":
-        # unique per row (a replayed batch starts again from the state before it)
         stand_in = F.concat(F.lit(_NULL_ID), F.expr("uuid()"))
-        out = (df.withColumn(id_col, F.coalesce(idc, stand_in))
-               .withWatermark(time_col, watermark).dropDuplicatesWithinWatermark([id_col]))
-        return out.withColumn(id_col, F.when(idc.startswith(_NULL_ID), F.lit(None)).otherwise(idc))
-    keyed = (df.where(idc.isNotNull()).withWatermark(time_col, watermark)
+        marked = (df.withColumn(_TIME_KEPT, tc)
+                  .withColumn(time_col, F.when(apart, F.lit(None)).otherwise(tc))
+                  .withColumn(id_col, F.when(apart, stand_in).otherwise(idc)))
+        out = marked.withWatermark(time_col, watermark).dropDuplicatesWithinWatermark([id_col])
+        return (out.withColumn(time_col, F.col(_TIME_KEPT))
+                .withColumn(id_col, F.when(idc.startswith(_NULL_ID), F.lit(None)).otherwise(idc))
+                .drop(_TIME_KEPT))
+    keyed = (df.where(~apart).withWatermark(time_col, watermark)
              .dropDuplicatesWithinWatermark([id_col]))
-    return keyed.unionByName(df.where(idc.isNull()))
+    return keyed.unionByName(df.where(apart))

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.checkpoint import instance_id
-from cdc_lake.checkpoint_log import remove_unfinished_writes
+from cdc_lake.checkpoint_log import remove_unfinished_writes, validate_checkpoint
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
@@ -120,6 +120,9 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
     for f in remove_unfinished_writes(cfg.checkpoint_path):
         print(f"[enrich] removed {f}: left by a checkpoint log write a killed run never finished, "
               "or the checksum of a log file that was deleted", flush=True)
+    # every Spark log file readable, metadata and the events' file-source log complete (exit 3);
+    # a missing source log entry made a run skip new event files silently (tester)
+    validate_checkpoint(cfg.checkpoint_path, recovery=_recovery(cfg))
     writer = EnrichBatch(cfg, engine, instance=instance_id(cfg.checkpoint_path), run_id=run_id,
                          stats=stats, hook=hook)
     errors: list[BaseException] = []

@@ -331,9 +331,13 @@ class EnrichBatch:
         damage = None
         if f.is_file():
             try:
-                BatchPlan.from_json(f.read_text(encoding="utf-8"))
-                return
-            except (OSError, ValueError, KeyError, TypeError) as e:
+                plan = BatchPlan.from_json(f.read_text(encoding="utf-8"))
+                need = [f"dim:{d.name}" for d in self.cfg.dimensions] + ["enriched", "pending"]
+                lacking = [k for k in need if k not in plan.versions]
+                if not lacking:
+                    return
+                damage = f"incomplete (no version pinned for {lacking})"
+            except Exception as e:  # noqa: BLE001 - any content that is not a plan: damaged
                 damage = f"unreadable ({type(e).__name__}: {str(e)[:200]})"
         done = self._committed(batch_id)
         if not done:
