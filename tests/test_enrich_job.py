@@ -509,7 +509,7 @@ def test_events_source_watermark_dedup_and_dropped_count(spark, tmp_path: Path) 
     assert s2["facts_read"] == 0 and len(lake.rows("gold/_quarantine", "reason")) == 1
 
 
-@pytest.mark.parametrize("id_type", ["string", "bigint"])
+@pytest.mark.parametrize("id_type", ["string", "bigint", "int"])  # int: the bypass (union) path
 def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tmp_path: Path,
                                                                         id_type: str) -> None:
     """Spark's streaming dedup took every null id for one id: of two events without an id and
@@ -530,7 +530,7 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     no_id = [{"event_id": None, "product_id": 1, "qty": q, "event_ts": "2026-01-02T10:05:00Z"} for q in (5, 6)]
     broken = ['{"event_id": "b1", "product_id": 1, "qty": 3, BROKEN',
               '{"product_id": 1, "qty": 4 BROKEN',
-              json.dumps({"event_id": 9 if id_type == "bigint" else "e9", "product_id": 1, "qty": 8,
+              json.dumps({"event_id": "e9" if id_type == "string" else 9, "product_id": 1, "qty": 8,
                           "event_ts": "yesterday"}),
               # a line not of the schema carrying a readable id: its id must not stand for the
               # correct event of that id further down (which the dedup then dropped; tester)

@@ -56,6 +56,7 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery
 
 _NULL_ID = "\u0000cdc-lake:no-id:"  # no real event id starts with a NUL character
 _TIME_KEPT = "__event_time_kept"
+_NO_ID = "__no_id"
 
 
 def _dedupe_events(df: DataFrame, id_col: str, time_col: str, watermark: str,
@@ -67,22 +68,26 @@ def _dedupe_events(df: DataFrame, id_col: str, time_col: str, watermark: str,
     after it was dropped as its duplicate, and dropped a late row before the job's own late
     check (testers). Such rows reach the batch, where they are quarantined.
 
-    A string id column: the row gets a NUL-prefixed UUID as its id and a null event time for
-    the dedup (never a duplicate, never late: its state entry expires at once), both restored
-    after it (one scan of the files). Another id type: such rows bypass the dedup (a union: a
-    second scan of the batch's files). The dedup's state keeps its key schema (``[id]``), so
-    existing checkpoints go on (checked with a checkpoint written by the previous code)."""
+    A ``string`` or ``bigint`` id column: such a row gets a stand-in id (a NUL-prefixed UUID; a
+    random 64-bit number) and no event time for the dedup (never late; its state entry expires
+    at once), all restored after it; one scan of the files, and the query keeps its one source,
+    so checkpoints written before go on. Another id type: such rows bypass the dedup (a union:
+    a second scan of each batch's files, and a second source, so a checkpoint written before
+    this version does not start: Spark's "1 sources in the checkpoint offsets and now 2";
+    ``--reprocess``)."""
     idc, tc = F.col(f"`{id_col}`"), F.col(f"`{time_col}`")
     apart = idc.isNull() | F.col(f"`{CORRUPT}`").isNotNull()
-    if id_type.strip().lower() == "string":
-        stand_in = F.concat(F.lit(_NULL_ID), F.expr("uuid()"))
-        marked = (df.withColumn(_TIME_KEPT, tc)
+    kind = id_type.strip().lower()
+    if kind in ("string", "bigint", "long"):
+        stand_in = (F.concat(F.lit(_NULL_ID), F.expr("uuid()")) if kind == "string"
+                    else F.xxhash64(F.expr("uuid()")))
+        marked = (df.withColumn(_NO_ID, apart).withColumn(_TIME_KEPT, tc)
                   .withColumn(time_col, F.when(apart, F.lit(None)).otherwise(tc))
                   .withColumn(id_col, F.when(apart, stand_in).otherwise(idc)))
         out = marked.withWatermark(time_col, watermark).dropDuplicatesWithinWatermark([id_col])
         return (out.withColumn(time_col, F.col(_TIME_KEPT))
-                .withColumn(id_col, F.when(idc.startswith(_NULL_ID), F.lit(None)).otherwise(idc))
-                .drop(_TIME_KEPT))
+                .withColumn(id_col, F.when(F.col(_NO_ID), F.lit(None)).otherwise(idc))
+                .drop(_TIME_KEPT, _NO_ID))
     keyed = (df.where(~apart).withWatermark(time_col, watermark)
              .dropDuplicatesWithinWatermark([id_col]))
     return keyed.unionByName(df.where(apart))
