@@ -264,8 +264,9 @@ def test_late_members_park_release_unknown_restate(spark, tmp_path: Path) -> Non
     assert (stats.parked, stats.released, stats.released_unknown, stats.restated) == (2, 1, 1, 1)
 
 
-def test_replayed_batch_changes_nothing_and_crash_between_writes_never_double_counts(
-        spark, tmp_path: Path, monkeypatch) -> None:
+def _batch_1_killed_after_its_enriched_write(tmp_path: Path, spark, monkeypatch) -> Lake:  # type: ignore[no-untyped-def]
+    """Batch 0 enriches line 1 (qty 2); batch 1 (qty 4) crashes after its enriched write,
+    before the aggregate's."""
     lake = Lake(tmp_path, spark)
     lake.create("products", products((1, "apple", "fruit")))
     lake.create("facts", lines((1, 1, 2, "1.50", "2026-01-02T10:00:00")))
@@ -281,10 +282,16 @@ def test_replayed_batch_changes_nothing_and_crash_between_writes_never_double_co
             raise Crash(name)
 
     monkeypatch.setattr(writer_mod, "crash_point", crash_after_enriched)
-    with pytest.raises(Crash):  # the enriched table is written, the aggregate not yet
+    with pytest.raises(Crash):
         lake.feed()
-    assert lake.rows("gold/lines", "line_id", "qty") == [(1, 4)]
     monkeypatch.undo()
+    return lake
+
+
+def test_replayed_batch_changes_nothing_and_crash_between_writes_never_double_counts(
+        spark, tmp_path: Path, monkeypatch) -> None:
+    lake = _batch_1_killed_after_its_enriched_write(tmp_path, spark, monkeypatch)
+    assert lake.rows("gold/lines", "line_id", "qty") == [(1, 4)]
     lake.upsert("products", products((1, "apple", "CHANGED")), "id")  # after the crash
     lake.fed, lake.batch_id = 0, 1  # Spark replays batch 1 with the same change-feed rows
     stats = lake.feed()
@@ -310,24 +317,7 @@ def test_a_lost_or_damaged_plan_of_a_batch_that_wrote_stops_it(spark, tmp_path: 
     from cdc_lake.enrich.plan import plan_file
     from cdc_lake.enrich.state import EnrichNeedsReprocess
 
-    lake = Lake(tmp_path, spark)
-    lake.create("products", products((1, "apple", "fruit")))
-    lake.create("facts", lines((1, 1, 2, "1.50", "2026-01-02T10:00:00")))
-    base(lake)
-    lake.feed()
-    lake.upsert("facts", lines((1, 1, 4, "1.50", "2026-01-02T10:00:00")), "line_id")
-
-    class Crash(Exception):
-        pass
-
-    def crash_after_enriched(name: str) -> None:
-        if name == "enrich:after:enriched":
-            raise Crash(name)
-
-    monkeypatch.setattr(writer_mod, "crash_point", crash_after_enriched)
-    with pytest.raises(Crash):
-        lake.feed()
-    monkeypatch.undo()
+    lake = _batch_1_killed_after_its_enriched_write(tmp_path, spark, monkeypatch)
     plan = plan_file(lake.cfg.checkpoint_path, 1)
     good = plan.read_text(encoding="utf-8")
     incomplete = json.dumps({**json.loads(good), "versions": {}})
