@@ -162,7 +162,7 @@ def test_damaged_checkpoint_file_names_the_file_and_the_recovery(tmp_path, damag
         in r.stderr
 
 
-@pytest.mark.parametrize("damage", ["metadata", "sources", "last_source_log"])
+@pytest.mark.parametrize("damage", ["metadata", "sources", "last_source_log", "newest_offsets"])
 def test_missing_checkpoint_file_names_the_file_and_the_recovery(damage, request):
     """A checkpoint with batches but without ``metadata`` or (part of) the file source's log:
     exit 3 naming the file and the recovery, before Spark starts (it failed, exit 1, with
@@ -170,7 +170,8 @@ def test_missing_checkpoint_file_names_the_file_and_the_recovery(damage, request
     cfg, cp = request.getfixturevalue("ingested")
     victim, named = {"metadata": (cp / "metadata", cp / "metadata"),
                      "sources": (cp / "sources", cp / "sources" / "0" / "0"),
-                     "last_source_log": (cp / "sources" / "0" / "1", cp / "sources" / "0" / "1")}[damage]
+                     "last_source_log": (cp / "sources" / "0" / "1", cp / "sources" / "0" / "1"),
+                     "newest_offsets": (cp / "offsets" / "1", cp / "offsets" / "1")}[damage]
     kept = cp.parent / f"kept-{damage}"
     shutil.move(str(victim), str(kept))
     try:
@@ -220,6 +221,12 @@ def test_which_checkpoints_count_as_complete(tmp_path):
         validate_checkpoint(tmp_path, recovery="R")
     assert e.value.file == tmp_path / "sources" / "0" / "11" and "Recovery: R" in str(e.value)
     put("sources/0/11", entry % 11)
+    put("commits/13", 'v1\n{"nextBatchWatermarkMs":0}\n')  # its offsets/13 is gone
+    with pytest.raises(CheckpointDamaged) as e:
+        validate_checkpoint(tmp_path, recovery="R")
+    assert e.value.file == tmp_path / "offsets" / "13" and "commits/13" in str(e.value)
+    (tmp_path / "commits" / "13").unlink()
+    validate_checkpoint(tmp_path, recovery="R")
     (tmp_path / "metadata").unlink()
     with pytest.raises(CheckpointDamaged) as e:
         validate_checkpoint(tmp_path, recovery="R")

@@ -243,7 +243,7 @@ def _check_complete(checkpoint: Path, recovery: str) -> None:
     (STREAMING_CHECKPOINT_MISSING_METADATA_FILE) and re-reads the file source's log from its
     newest ``K.compact`` (else from entry 0) up to its newest entry on every start ("batch K
     doesn't exist" when one is gone). Entries below the newest compact file are in it, so Spark
-    may delete their files."""
+    may delete their files. The newest batch has an ``offsets/N`` (written before ``commits/N``)."""
     offsets = batch_ids(checkpoint / "offsets")
     batches = sorted(set(offsets) | set(batch_ids(checkpoint / "commits")))
     if not batches:
@@ -255,8 +255,14 @@ def _check_complete(checkpoint: Path, recovery: str) -> None:
                         if last in batch_ids(checkpoint / d))
         raise CheckpointDamaged(meta, f"missing (it holds the query id) while the checkpoint "
                                 f"has batches up to {last} ({has})", recovery)
-    if not offsets:
-        return
+    if batches[-1] not in offsets:
+        # Spark writes offsets/N before it runs batch N and commits/N after: a commit above the
+        # newest offsets file means that file (and perhaps more) was removed; Spark would re-run
+        # an older batch and then fail to add its commit (a concurrent-update error)
+        last = batches[-1]
+        raise CheckpointDamaged(checkpoint / "offsets" / str(last), (
+            f"missing while commits/{last} holds batch {last} as done (the offset log ends at "
+            + (f"batch {offsets[-1]})" if offsets else "no batch)")), recovery)
     entry = read_offsets(checkpoint, offsets[-1])  # readable: checked before
     for source, offset in enumerate(entry.sources):
         k = offset.get("logOffset") if isinstance(offset, dict) else None
