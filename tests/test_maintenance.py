@@ -358,3 +358,41 @@ def test_a_table_whose_log_cannot_be_read_is_reported_and_the_others_are_maintai
 
     with pytest.raises(AirflowFailException, match="customers"):
         CdcMaintenanceOperator(task_id="maintain", pipeline=cfg).execute({})  # type: ignore[arg-type]
+
+
+def test_vacuum_removes_change_data_files_older_than_the_retention_and_keeps_what_readers_need(tmp_path):
+    """delta-rs 1.6.6's VACUUM never deletes ``_change_data/`` files (the UPDATE's change files
+    piled up forever). Maintenance removes those older than the VACUUM retention; a lagging
+    reader that still needs their version holds them like it holds data files."""
+    from cdc_lake.retention import lagging_readers
+
+    table = tmp_path / "orders"
+    _cdf_table(table, 8)  # version 5: an UPDATE writing change files
+    change = sorted((table / "_change_data").rglob("*.parquet"))
+    assert change
+    old = __import__("time").time() - 3 * 86400
+    for f in change:
+        os.utime(f, (old, old))
+    settings = MaintenanceSettings(vacuum_retention_hours=24, compact=False)
+    # a reader at version 4 needs version 5's change files: kept although older than 24 h
+    # (their modification time is set back here; the commit is recent)
+    readers = lagging_readers(table, [_reader_at(tmp_path, table, 4)])
+    dry = maintain_table(table, settings, readers=readers, dry_run=True)
+    assert dry["vacuum"]["change_files_would_remove"] == 0, dry
+    report = maintain_table(table, settings, readers=readers)
+    assert report["vacuum"]["change_files_removed"] == 0, report
+    assert all(f.exists() for f in change)
+    assert len(_cdf_rows(table, 5, 7)) == 4
+    # no lagging reader: the 3-day-old change files are past the 24 h retention
+    dry = maintain_table(table, settings, readers=[("caught_up", 7)], dry_run=True)
+    assert dry["vacuum"]["change_files_would_remove"] == len(change) and all(f.exists() for f in change)
+    report = maintain_table(table, settings, readers=[("caught_up", 7)])
+    assert report["vacuum"]["change_files_removed"] == len(change), report
+    assert report["vacuum"]["change_bytes"] > 0
+    assert not any(f.exists() for f in change)
+    # a recent change file (a new UPDATE) stays
+    DeltaTable(str(table)).update(updates={"v": "'again'"}, predicate="id = 2")
+    fresh = sorted((table / "_change_data").rglob("*.parquet"))
+    assert fresh
+    report = maintain_table(table, settings, readers=[("caught_up", 8)])
+    assert report["vacuum"]["change_files_removed"] == 0 and all(f.exists() for f in fresh)

@@ -11,7 +11,9 @@ quarantine, DDL log)::
     checkpoint   a Delta checkpoint at the current version + expired log cleanup
                  (``delta.logRetentionDuration``, default 30 days), held back for lagging
                  readers (below)
-    vacuum       delete files no version inside the retention window references
+    vacuum       delete files no version inside the retention window references, and the
+                 change-data files (``_change_data/``) older than that window, which
+                 delta-rs's VACUUM leaves behind
 
 and reports what it reclaimed (files and bytes before/after, files removed by VACUUM).
 
@@ -61,8 +63,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdc_lake.retention import (expired_log_versions, lagging_readers, log_hold,
-                                log_retention_seconds, vacuum_retention_hours)
+from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
+                                log_hold, log_retention_seconds, remove_files,
+                                vacuum_retention_hours)
 
 if TYPE_CHECKING:  # deltalake is imported where tables are touched: config/DAG parsing stays light
     from deltalake import DeltaTable
@@ -186,8 +189,14 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
         hours, held_by = vacuum_retention_hours(dt, settings.vacuum_retention_hours, readers)
         removed = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False,
                             post_commithook_properties=hooks)
+        change = expired_change_files(path, hours, hold[0] if hold is not None else None)
+        if not dry_run:
+            remove_files(path, change)
         report["vacuum"] = {"retention_hours": hours, "held_back_by": held_by,
-                            ("would_remove" if dry_run else "files_removed"): len(removed)}
+                            ("would_remove" if dry_run else "files_removed"): len(removed),
+                            ("change_files_would_remove" if dry_run else "change_files_removed"):
+                                len(change),
+                            "change_bytes": sum(size for _, size in change)}
     dt = DeltaTable(str(path))
     report["files_after"], report["bytes_after"] = _files(dt)
     report["version_after"] = dt.version()
@@ -260,6 +269,8 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
         "bytes_before": sum(t["bytes_before"] for t in present),
         "bytes_after": sum(t["bytes_after"] for t in present),
         "files_vacuumed": sum(t.get("vacuum", {}).get("files_removed", 0) for t in present),
+        "change_files_vacuumed": sum(t.get("vacuum", {}).get("change_files_removed", 0)
+                                     for t in present),
     }
 
 
@@ -292,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         vac = t.get("vacuum", {})
         line = (f"[maintenance] {name:<28} files {t['files_before']} -> {t['files_after']}, "
                 f"bytes {t['bytes_before']} -> {t['bytes_after']}, vacuumed "
-                f"{vac.get('files_removed', vac.get('would_remove', 0))} (retention "
+                f"{vac.get('files_removed', vac.get('would_remove', 0))} + "
+                f"{vac.get('change_files_removed', vac.get('change_files_would_remove', 0))} "
+                f"change-data (retention "
                 f"{vac.get('retention_hours')} h{', held by ' + vac['held_back_by'] if vac.get('held_back_by') else ''})")
         if t.get("log_cleanup", {}).get("skipped"):
             line += f"; {t['log_cleanup']['reason']}"

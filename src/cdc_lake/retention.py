@@ -5,7 +5,9 @@ say which version it has read, :func:`committed_source_versions`) still needs th
 the versions after it (VACUUM's retention is raised to keep them, :func:`vacuum_retention_hours`)
 and the ``_delta_log`` commits from that version on (:func:`log_hold`; delta-rs cannot bound its
 log cleanup by version, so :mod:`cdc_lake.maintenance` skips the cleanup while a commit it
-would delete is still needed, :func:`expired_log_versions`).
+would delete is still needed, :func:`expired_log_versions`). The change-data files of those
+versions (``_change_data/``) are kept by the same retention: delta-rs's VACUUM never deletes
+them (1.6.6), so maintenance removes the ones older than it, :func:`expired_change_files`.
 
 Example::
 
@@ -131,3 +133,63 @@ def expired_log_versions(path: Path, keep_from: int, retention_s: float) -> list
         if fi.mtime.timestamp() <= cutoff:
             found.add(int(m.group(1)))
     return sorted(found)
+
+
+def expired_change_files(path: Path, hours: int, keep_from: int | None = None) -> list[tuple[str, int]]:
+    """``(path, bytes)`` of the table's change-data files (``_change_data/``, partition folders
+    included) last modified more than ``hours`` ago and not referenced by the ``cdc`` action of a
+    commit from version ``keep_from`` on (a lagging reader's :func:`log_hold`; None: no reader).
+
+    MERGE/UPDATE/DELETE of a table with the change feed on write these files and commit them in
+    ``cdc`` actions; no snapshot ever references them, and delta-rs 1.6.6's VACUUM skips the folder
+    (checked: after VACUUM with retention 0 all of them were still there), so without this they
+    pile up forever. A file is written just before its commit, so one older than the VACUUM
+    retention (``vacuum_retention_hours``, raised for lagging readers) belongs to a version no
+    reader still needs, like the data files VACUUM removes; the files of the versions a reader
+    still has to read are kept by name as well, whatever their modification time says."""
+    import pyarrow.fs as pafs
+
+    uri = str(path)
+    fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else str(Path(uri).resolve()))
+    root = root.rstrip("/")
+    cutoff = time.time() - max(0, hours) * 3600
+    selector = pafs.FileSelector(f"{root}/_change_data", allow_not_found=True, recursive=True)
+    old = [(fi.path, int(fi.size or 0)) for fi in fs.get_file_info(selector)
+           if fi.type == pafs.FileType.File and fi.mtime is not None
+           and fi.mtime.timestamp() < cutoff]
+    if not old or keep_from is None:
+        return sorted(old)
+    needed = _cdc_paths(fs, root, keep_from)
+    return sorted((f, size) for f, size in old if f[len(root) + 1:] not in needed)
+
+
+def _cdc_paths(fs: Any, root: str, keep_from: int) -> set[str]:
+    """Table-relative paths in the ``cdc`` actions of the commits ``keep_from``.. of the log."""
+    import json
+    from urllib.parse import unquote
+
+    import pyarrow.fs as pafs
+
+    paths: set[str] = set()
+    selector = pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True)
+    for fi in fs.get_file_info(selector):
+        m = re.fullmatch(r"(\d{20})\.json", fi.base_name)
+        if m is None or int(m.group(1)) < keep_from:
+            continue
+        with fs.open_input_stream(fi.path) as f:
+            for line in f.read().decode("utf-8").splitlines():
+                if '"cdc"' in line:
+                    action = json.loads(line).get("cdc")
+                    if isinstance(action, dict) and isinstance(action.get("path"), str):
+                        paths.add(unquote(action["path"]))
+    return paths
+
+
+def remove_files(path: Path, files: list[tuple[str, int]]) -> None:
+    """Delete ``files`` (paths from :func:`expired_change_files`) on the table's file system."""
+    import pyarrow.fs as pafs
+
+    uri = str(path)
+    fs, _ = pafs.FileSystem.from_uri(uri if "://" in uri else str(Path(uri).resolve()))
+    for f, _ in files:
+        fs.delete_file(f)

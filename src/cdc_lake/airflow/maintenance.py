@@ -64,9 +64,11 @@ class CdcMaintenanceOperator(BaseOperator):
             raise AirflowException(f"Maintenance of {self.pipeline.name!r} failed (exit {result.code}):\n"
                                    + "\n".join(result.tail[-10:]))
         r = result.summary or {}
-        self.log.info("Maintenance of %s: files %s -> %s, bytes %s -> %s, %s files vacuumed",
+        self.log.info("Maintenance of %s: files %s -> %s, bytes %s -> %s, %s files vacuumed, "
+                      "%s change-data files removed",
                       self.pipeline.name, r.get("files_before"), r.get("files_after"),
-                      r.get("bytes_before"), r.get("bytes_after"), r.get("files_vacuumed"))
+                      r.get("bytes_before"), r.get("bytes_after"), r.get("files_vacuumed"),
+                      r.get("change_files_vacuumed"))
         return result.summary
 
 
