@@ -1,6 +1,9 @@
 """Before a run touches anything: is the stored state the checkpoint describes still there?
 
-* Every Spark log file of the checkpoint is readable (:func:`cdc_lake.checkpoint_log.validate_checkpoint`).
+* Every Spark log file of the checkpoint is readable, and a checkpoint with batches has what
+  Spark reads on a start: ``metadata``, an ``offsets/N`` for its newest ``commits/N``, and the
+  file source log entries its newest offsets reach
+  (:func:`cdc_lake.checkpoint_log.validate_checkpoint`).
 * Every Delta table (and tombstone table) the checkpoint has written still exists. A table
   deleted while its checkpoint survives would otherwise be re-created holding only the changes
   that arrive from now on (seen: 5 rows became 1, exit 0).
