@@ -180,3 +180,28 @@ def test_substituted_scd_and_fraction_are_read_as_numbers(tmp_path: Path, monkey
             raise AssertionError(f"{var}={value} was accepted")
         monkeypatch.setenv("SCD", "2")
         monkeypatch.setenv("FRAC", "0.25")
+
+
+def test_a_folder_name_delta_rs_would_decode_is_refused(tmp_path: Path) -> None:
+    """delta-rs 1.6.6 writes a table under ``a%41b`` and then reads its log from ``aAb`` (File
+    not found, every run): refused at load naming the key; a bare ``%`` is fine."""
+    (tmp_path / "landing").mkdir()
+    for root, bad in (("lake%41x", True), ("lake%2Fx", True), ("lake100%", False), ("50%off", False)):
+        raw = {**VALID, "storage": {"root": root}}
+        f = tmp_path / "p.yaml"
+        f.write_text(json.dumps(raw))
+        try:
+            load_pipeline(f)
+        except ConfigError as e:
+            assert bad, (root, str(e))
+            assert "storage.checkpoint" in str(e) and root in str(e) and "URL escape" in str(e), str(e)
+        else:
+            assert not bad, f"storage.root {root!r} was accepted"
+    raw = {**VALID, "tables": {"orders": {"keys": ["id"], "path": "t%C3%A9/orders"}}}
+    f.write_text(json.dumps(raw))
+    try:
+        load_pipeline(f)
+    except ConfigError as e:
+        assert "tables.orders.path" in str(e) and "t%C3%A9" in str(e), str(e)
+    else:
+        raise AssertionError("tables.orders.path with %C3%A9 was accepted")

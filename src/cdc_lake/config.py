@@ -311,15 +311,17 @@ def load_pipeline(path: str | os.PathLike[str]) -> Any:
     file, raw = read_yaml(path)
     kind = raw.get("kind", "cdc")
     if kind == "enrich":
-        from cdc_lake.enrich.config import load_enrich_pipeline
-        return load_enrich_pipeline(file, raw)
-    if kind == "dimension":
-        from cdc_lake.dimensions.config import load_dimension_pipeline
-        return load_dimension_pipeline(file, raw)
-    if kind != "cdc":
+        from cdc_lake.enrich.config import load_enrich_pipeline as load
+    elif kind == "dimension":
+        from cdc_lake.dimensions.config import load_dimension_pipeline as load
+    elif kind == "cdc":
+        from cdc_lake.cdc.config import load_cdc_pipeline as load
+    else:
         raise ConfigError(file, "kind", f"unknown value {kind!r}; expected one of: {', '.join(KINDS)}")
-    from cdc_lake.cdc.config import load_cdc_pipeline
-    return load_cdc_pipeline(file, raw)
+    cfg = load(file, raw)
+    from cdc_lake.paths import check_path_escapes
+    check_path_escapes(cfg)
+    return cfg
 
 
 def read_yaml(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:

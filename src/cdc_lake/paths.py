@@ -7,14 +7,19 @@ deletes the other's data. :func:`overlap` is the one rule (compared after resolv
 ``..``); each kind's config applies it to its own paths, :func:`check_shared_paths` across the
 pipelines of a folder (``config.load_all``, the DAG import).
 
+:func:`check_path_escapes` refuses a path delta-rs would read from another folder than the one it
+writes (a ``%`` followed by two hex digits).
+
 Example::
 
     overlap(Path("/lake/_quarantine"), Path("/lake"))   # 'lies inside'
     errors = check_shared_paths([cfg_a, cfg_b])         # one ConfigError per pipeline involved
+    check_path_escapes(cfg)                             # at load; raises ConfigError
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +97,27 @@ def check_shared_paths(configs: list[Any]) -> list[ConfigError]:
                     f"other's data). Give one of them a path of its own (this file's {key} or "
                     f"{other.file.name}'s {okey}); neither pipeline's DAG is loaded until then")))
     return errors
+
+
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def check_path_escapes(cfg: Any) -> None:
+    """Raise :class:`ConfigError` when a path the pipeline writes, or a Delta table it reads,
+    holds ``%`` followed by two hex digits. delta-rs 1.6.6 (the ``deltalake`` engine) takes such a
+    folder name as a URL escape on reads but not on writes: a table written under ``/l/a%41b``
+    is then looked for under ``/l/aAb`` ("File not found: .../_delta_log/0...0.json", checked);
+    a bare ``%`` (``/l/100%``) works. Checked for every engine: a pipeline's engine can change."""
+    paths = [(key, Path(p)) for key, p, _ in written_paths(cfg)]
+    sources = getattr(cfg, "change_feed_sources", None)
+    paths += [("fact.change_feed", Path(p)) for p in (sources() if callable(sources) else ())]
+    paths += [(f"dimensions.{d.name}.table", Path(d.table))
+              for d in getattr(cfg, "dimensions", ()) if getattr(d, "table", None) is not None]
+    for key, p in paths:
+        hit = next((part for part in p.parts if _ESCAPE.search(part)), None)
+        if hit is not None:
+            raise ConfigError(cfg.file, key, (
+                f"{p}: the folder name {hit!r} holds {_ESCAPE.search(hit).group(0)!r}, which "
+                "delta-rs reads as a URL escape: a Delta table under it would be written in one "
+                "folder and looked for in another. Rename the folder (a '%' not followed by two "
+                "hex digits is fine)"))
