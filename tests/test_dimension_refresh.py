@@ -329,3 +329,38 @@ def test_backtick_in_a_column_name_is_escaped(spark):
         assert got == {(1, "z", Date(2026, 1, 2)), (3, "w", Date(2026, 1, 2)), (2, None, None)}, got
     finally:
         changes.release()
+
+
+def test_declared_schema_takes_csv_columns_by_header_name(spark, tmp_path):
+    """With ``schema:`` the CSV columns were applied by position, the header ignored (Spark's
+    reader with a schema): an export that swapped two string columns was stored swapped, exit 0.
+    Now by header name, any order, other columns ignored; a schema column missing from the
+    header is an invalid snapshot naming it; a header naming one column twice (any case) too."""
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    (tmp_path / "snaps").mkdir()
+    yaml = tmp_path / "dim.yaml"
+    yaml.write_text("kind: dimension\npipeline: byname\nsnapshots: {path: snaps, format: csv}\n"
+                    "keys: [product_id]\nscd: 1\n"
+                    "schema: {product_id: bigint, category: string, colour: string}\n"
+                    "table: lake/byname\nengine: {name: deltalake}\n", encoding="utf-8")
+    days = {"2026-01-01": "product_id,category,colour\n1,toys,red\n2,books,blue\n",
+            "2026-01-02": "colour,extra,product_id,category\nred,e,1,toys\ngreen,e,2,books\n"}
+    for d, text in days.items():
+        (tmp_path / "snaps" / f"{d}.csv").write_text(text, encoding="utf-8")
+    cfg = load_pipeline(yaml)
+    for d in days:
+        assert run_refresh(cfg, date=d, spark=spark, run_id=d)["status"] == "succeeded"
+    rows = DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()
+    assert {r["product_id"]: (r["category"], r["colour"]) for r in rows} == {
+        1: ("toys", "red"), 2: ("books", "green")}, rows
+    assert "extra" not in rows[0]
+
+    bad = {"2026-01-03": ("product_id,category\n1,toys\n", "['colour']"),
+           "2026-01-04": ("product_id,Category,colour,category\n1,a,red,b\n", "'Category' twice")}
+    for d, (text, words) in bad.items():
+        (tmp_path / "snaps" / f"{d}.csv").write_text(text, encoding="utf-8")
+        with pytest.raises(SnapshotInvalid) as e:
+            run_refresh(cfg, date=d, spark=spark, run_id=d)
+        assert words in str(e.value) and f"{d}.csv" in str(e.value), str(e.value)
+    assert DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist() == rows

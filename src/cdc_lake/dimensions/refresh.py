@@ -123,7 +123,22 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
         def reader():  # type: ignore[no-untyped-def]
             return spark.read.option("header", str(s.header).lower()).option("sep", s.delimiter) \
                 .option("mode", "FAILFAST")
-        if cfg.schema:
+        if s.header:
+            _check_header(f, s.delimiter)
+        if cfg.schema and s.header:
+            # by name: a schema given to Spark's CSV reader is applied by position and the
+            # header ignored (an export with two columns swapped was stored swapped, exit 0)
+            text = reader().csv(str(f))  # every column a string, named by the header
+            have = {c.lower() for c in text.columns}
+            missing = [c for c in cfg.schema if c.lower() not in have]
+            if missing:
+                raise SnapshotInvalid(f"{f}: column(s) {missing} of `schema:` are not in the "
+                                      f"file's header (columns: {text.columns}), so nothing was "
+                                      "written. Fix the export, or `schema:` in " f"{cfg.file}")
+            text = text.select(*[text[quote(c)].alias(c) for c in cfg.schema])
+            return conform(text, dict(cfg.schema), where=where, against="the declared (`schema:`)",
+                           fix=fix)
+        if cfg.schema:  # no header: the columns are the schema's, in its order
             text = reader().schema(", ".join(f"{quote(c)} string" for c in cfg.schema)).csv(str(f))
             return conform(text, dict(cfg.schema), where=where, against="the declared (`schema:`)",
                            fix=fix)
@@ -142,6 +157,24 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
         return conform(df.select(*[df[quote(c)] for c in cfg.schema]), dict(cfg.schema),
                        where=where, against="the declared (`schema:`)", fix=fix)
     return _check_reserved(df, cfg, where)
+
+
+def _check_header(f: Path, delimiter: str) -> None:
+    """Refuse a CSV header naming one column twice (compared case-insensitively, as Spark
+    resolves names): Spark's reader renames such columns by position (``Cat`` and ``cat`` become
+    ``Cat1`` and ``cat2``), which would be stored as new columns."""
+    import csv
+
+    with open(f, encoding="utf-8-sig", newline="") as fh:
+        header = next(csv.reader(fh, delimiter=delimiter), [])
+    seen: dict[str, str] = {}
+    for name in header:
+        if name and name.lower() in seen:
+            raise SnapshotInvalid(
+                f"{f}: the header names the column {seen[name.lower()]!r} twice (as {name!r} too; "
+                "names compared case-insensitively, as Spark and Delta resolve them), so nothing "
+                "was written. Rename or drop one of them in the export and re-run this date")
+        seen.setdefault(name.lower(), name)
 
 
 def _check_reserved(df: DataFrame, cfg: DimensionPipelineConfig, where: str) -> DataFrame:
