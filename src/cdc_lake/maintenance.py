@@ -204,10 +204,42 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
     return report
 
 
-def damaged_recovery(cfg: Any, name: str, path: Path) -> str:
-    """What to do about table ``name`` of ``cfg`` whose Delta log cannot be read: the recovery
-    the pipeline's own job prints for the same state (``docs/run-safety.md``, check 3)."""
-    restore = "restore the damaged file under _delta_log from a copy if you have one; else "
+def _recorded_marks(cfg: Any) -> dict[str, tuple[int, str | None]]:
+    """What the pipeline's last run recorded per table (:mod:`cdc_lake.table_marks`)."""
+    kind = getattr(cfg, "kind", "cdc")
+    if kind == "cdc":
+        from cdc_lake.cdc.state import recorded_marks
+    elif kind == "enrich":
+        from cdc_lake.enrich.state import recorded_marks
+    else:
+        return {}
+    try:
+        return recorded_marks(cfg)
+    except Exception:  # noqa: BLE001 - an unreadable record: the job's own check reports it
+        return {}
+
+
+def _changed_behind(cfg: Any, path: Path, marks: dict[str, tuple[int, str | None]]) -> str | None:
+    """Why a table must not be maintained: it lost a commit of the pipeline's or another writer
+    changed its rows since the last run. Maintenance would then bury the evidence: its OPTIMIZE
+    and VACUUM commits took the lost commit's version number (the job's version check then saw
+    nothing wrong: rows lost, exit 0) and VACUUM deleted the lost commit's data files."""
+    from cdc_lake.table_marks import changed_behind
+
+    mark = marks.get(str(path))
+    if mark is None or not (Path(path) / "_delta_log").is_dir():
+        return None
+    return changed_behind(path, mark[0], mark[1], app_prefix=f"{getattr(cfg, 'kind', 'cdc')}-{cfg.name}-")
+
+
+def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -> str:
+    """What to do about table ``name`` of ``cfg`` whose Delta log cannot be read (or, ``status``
+    ``changed_behind``, that changed behind the pipeline): the recovery the pipeline's own job
+    prints for the same state (``docs/run-safety.md``, check 3)."""
+    restore = ("restore the damaged file under _delta_log from a copy if you have one; else "
+               if status == "damaged" else
+               "put removed _delta_log commit files back if you have them (maintenance did not "
+               "touch this table); else ")
     aside = f"`mv {path} {path}.damaged`"
     kind = getattr(cfg, "kind", "cdc")
     if kind == "cdc":
@@ -246,15 +278,18 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
     lock.acquire(f"maintenance-{started:%Y%m%dT%H%M%S}")
     tables: dict[str, dict[str, Any]] = {}
     try:
+        marks = _recorded_marks(cfg)
         for name, path in sorted(pipeline_tables(cfg).items()):
             try:
-                t = maintain_table(path, settings, readers=lagging_readers(path, pipelines),
-                                   dry_run=dry_run)
+                why = _changed_behind(cfg, path, marks)
+                t = ({"path": str(path), "status": "changed_behind", "error": why} if why
+                     else maintain_table(path, settings, readers=lagging_readers(path, pipelines),
+                                         dry_run=dry_run))
             except Exception as e:  # noqa: BLE001 - one table's failure must not stop the others
                 first = str(e).splitlines()[0][:300] if str(e) else ""
                 t = {"path": str(path), "status": "failed", "error": f"{type(e).__name__}: {first}"}
-            if t["status"] == "damaged":
-                t["recovery"] = damaged_recovery(cfg, name, path)
+            if t["status"] in ("damaged", "changed_behind"):
+                t["recovery"] = damaged_recovery(cfg, name, path, t["status"])
             tables[name] = t
     finally:
         lock.release()
@@ -263,7 +298,8 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
         "pipeline": cfg.name, "dry_run": dry_run,
         "started_at": started.isoformat(timespec="seconds"),
         "tables": tables,
-        "failed": sorted(n for n, t in tables.items() if t["status"] in ("damaged", "failed")),
+        "failed": sorted(n for n, t in tables.items()
+                         if t["status"] in ("damaged", "changed_behind", "failed")),
         "files_before": sum(t["files_before"] for t in present),
         "files_after": sum(t["files_after"] for t in present),
         "bytes_before": sum(t["bytes_before"] for t in present),
@@ -291,9 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[maintenance] PIPELINE LOCKED: {e}", file=sys.stderr)
         return EXIT_LOCKED
     for name, t in report["tables"].items():
-        if t["status"] in ("damaged", "failed"):
-            what = ("NEEDS RECOVERY: its Delta log cannot be read" if t["status"] == "damaged"
-                    else "FAILED")
+        if t["status"] in ("damaged", "changed_behind", "failed"):
+            what = {"damaged": "NEEDS RECOVERY: its Delta log cannot be read",
+                    "changed_behind": "NEEDS RECOVERY: not maintained, changed behind the pipeline",
+                    }.get(t["status"], "FAILED")
             print(f"[maintenance] {name:<28} {what} ({t['path']}): {t['error']}"
                   + (f". Recovery: {t['recovery']}" if t.get("recovery") else ""), file=sys.stderr)
             continue
@@ -312,10 +349,14 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(MAINTENANCE_SUMMARY_PREFIX + json.dumps(report, default=str), flush=True)
     damaged = [n for n in report["failed"] if report["tables"][n]["status"] == "damaged"]
-    if damaged:
-        print(f"[maintenance] NEEDS RECOVERY: pipeline {report['pipeline']!r}: the Delta log of "
-              f"{', '.join(map(repr, damaged))} cannot be read (recovery above); the other tables "
-              "were maintained", file=sys.stderr)
+    changed = [n for n in report["failed"] if report["tables"][n]["status"] == "changed_behind"]
+    if damaged or changed:
+        what = "; ".join(([f"the Delta log of {', '.join(map(repr, damaged))} cannot be read"]
+                          if damaged else [])
+                         + ([f"{', '.join(map(repr, changed))} changed behind it (not maintained)"]
+                            if changed else []))
+        print(f"[maintenance] NEEDS RECOVERY: pipeline {report['pipeline']!r}: {what} (recovery "
+              "above); the other tables were maintained", file=sys.stderr)
         return EXIT_NEEDS_RECOVERY
     if report["failed"]:
         print(f"[maintenance] FAILED: pipeline {report['pipeline']!r}: "

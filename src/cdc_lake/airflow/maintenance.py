@@ -57,7 +57,7 @@ class CdcMaintenanceOperator(BaseOperator):
                                        + "\n".join(result.tail[-5:]))
         if result.code == 3:
             raise AirflowFailException(
-                f"Maintenance of {self.pipeline.name!r}: a table's Delta log cannot be read (exit 3); "
+                f"Maintenance of {self.pipeline.name!r}: a table needs recovery (exit 3: its Delta log cannot be read, or it changed behind the pipeline); "
                 "the other tables were maintained; not retrying. The messages below name the table "
                 "and the recovery:\n" + "\n".join(result.tail[-10:]))
         if result.code != 0:

@@ -14,6 +14,11 @@
   (``<checkpoint>/cdc_table_versions.json``): the newest commit files of its log were removed, so
   the changes they held are gone while the checkpoint counts them as written (seen: the last
   batch's updates silently lost, exit 0).
+* No table lost a commit of this pipeline's or holds a row change another writer made since the
+  last run (:mod:`cdc_lake.table_marks`: the recorded version's commit fingerprint, and every
+  later commit that changes rows must carry a transaction of this pipeline; maintenance's
+  OPTIMIZE/VACUUM pass). A commit lost and then replaced by a maintenance commit at the same
+  version, or a RESTORE/DELETE by hand, otherwise went unnoticed (rows lost, exit 0).
 * No table holds a batch of this checkpoint that its offset log does not reach: every write
   carries the Delta transaction id ``(app_id, batch_id)`` (:func:`app_id`); a table at
   transaction version M while ``offsets/`` ends at N < M means the checkpoint was set back (an
@@ -43,6 +48,7 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 from deltalake import DeltaTable
 
@@ -51,6 +57,7 @@ from cdc_lake.checkpoint import (INSTANCE_FILE, instance_id, read_instance_id, r
 from cdc_lake.checkpoint_log import (PipelineStateError, last_offset_batch, remove_unfinished_writes,
                                      validate_checkpoint)
 from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.table_marks import changed_behind, commit_fingerprint
 
 
 class TableStateError(PipelineStateError):
@@ -82,6 +89,14 @@ class TableRolledBack(TableStateError):
 
     consequence = ("the changes those commits held are gone while the checkpoint counts them as "
                    "written, so this run stops instead of building on them")
+
+
+class TableChangedBehind(TableStateError):
+    """A Delta table the checkpoint has written lost a commit of the pipeline's, or holds a
+    row change another writer made since the last run (:mod:`cdc_lake.table_marks`)."""
+
+    consequence = ("the table no longer holds what the checkpoint counts as written, so this run "
+                   "stops instead of building on it")
 
 
 class CheckpointRolledBack(PipelineStateError):
@@ -153,6 +168,8 @@ def check_state(cfg: PipelineConfig) -> None:
     app = None if instance is None else _app_id(cfg, instance)
     written = written_tables(cfg.checkpoint_path)
     left_at = _recorded_versions(cfg.checkpoint_path, strict=True)
+    fingerprints = _recorded_versions(cfg.checkpoint_path, key="fingerprints")
+    changed: list[tuple[str, Path, str]] = []  # (table, path, why)
     txns: dict[str, tuple[str, int]] = {}  # table path -> (label, last txn version of `app`)
     missing: dict[str, str] = {}
     damaged: list[tuple[str, Path, str]] = []  # (table, path of the table or its tombstones, why)
@@ -174,6 +191,9 @@ def check_state(cfg: PipelineConfig) -> None:
                 damaged.append((name, path, problem))
             elif (last := left_at.get(str(path))) is not None and version is not None and version < last:
                 rolled_back.append((name, path, version, last))
+            elif last is not None and (why := changed_behind(
+                    path, last, fingerprints.get(str(path)), app_prefix=f"cdc-{cfg.name}-")):
+                changed.append((name, path, why))
     if missing:
         detail = (f"pipeline {cfg.name!r}: checkpoint {cfg.checkpoint_path} has written "
                   + "; ".join(missing[n] for n in sorted(missing)))
@@ -190,6 +210,16 @@ def check_state(cfg: PipelineConfig) -> None:
         raise TableRolledBack(names, detail, (
             f"put the missing _delta_log commit files back if you have them; else "
             f"{refresh_command(cfg, names)}"))
+    if changed:
+        names = sorted({n for n, _, _ in changed})
+        versions = cfg.checkpoint_path / VERSIONS_FILE
+        detail = f"pipeline {cfg.name!r}: " + "; ".join(
+            f"the Delta table of {n!r} at {path}: {why}" for n, path, why in changed)
+        raise TableChangedBehind(names, detail, (
+            f"put removed _delta_log commit files back if that is what happened; else "
+            f"{refresh_command(cfg, names)}. To keep a change made on purpose (knowing the table "
+            f"then differs from its source), move {versions} aside (`mv {versions} "
+            f"{versions}.accepted`): the next run records the tables as they are"))
     _check_side_tables(cfg, app, txns)
     if app is not None:
         _check_checkpoint_not_behind(cfg, app, txns)
@@ -277,8 +307,9 @@ def record_tables(cfg: PipelineConfig) -> None:
         record_written_tables(cfg.checkpoint_path, tables, tombstones)
 
 
-def _recorded_versions(checkpoint: Path, strict: bool = False) -> dict[str, int]:
-    """``table path -> Delta version`` a run of this checkpoint left it at (empty if unknown).
+def _recorded_versions(checkpoint: Path, strict: bool = False, key: str = "versions") -> dict[str, Any]:
+    """``table path -> Delta version`` a run of this checkpoint left it at (empty if unknown);
+    ``key="fingerprints"``: ``table path -> fingerprint of that version's commit``.
     ``strict``: an unreadable file raises :class:`~cdc_lake.checkpoint.StateFileDamaged` (the
     check before a run); else it counts as empty (recording after a run rewrites it)."""
     f = checkpoint / VERSIONS_FILE
@@ -295,8 +326,19 @@ def _recorded_versions(checkpoint: Path, strict: bool = False) -> dict[str, int]
         if strict:
             raise
         data = None
-    versions = data.get("versions") if data is not None else None
-    return {p: v for p, v in (versions or {}).items() if isinstance(v, int) and not isinstance(v, bool)}
+    entries = data.get(key) if data is not None else None
+    if not isinstance(entries, dict):
+        return {}
+    if key == "fingerprints":
+        return {p: v for p, v in entries.items() if isinstance(v, str)}
+    return {p: v for p, v in entries.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def recorded_marks(cfg: PipelineConfig) -> dict[str, tuple[int, str | None]]:
+    """``table path -> (version, commit fingerprint)`` the last run left each table at (for
+    :mod:`cdc_lake.table_marks`; maintenance checks them before it touches a table)."""
+    fps = _recorded_versions(cfg.checkpoint_path, key="fingerprints")
+    return {p: (v, fps.get(p)) for p, v in _recorded_versions(cfg.checkpoint_path).items()}
 
 
 def record_versions(cfg: PipelineConfig) -> None:
@@ -305,15 +347,20 @@ def record_versions(cfg: PipelineConfig) -> None:
     lock, a full refresh included (it may rebuild a moved-aside table at a lower version)."""
     paths = [t.path for t in cfg.tables.values()] + [cfg.tombstone_path(n) for n in cfg.tables]
     versions = dict(_recorded_versions(cfg.checkpoint_path))
+    fingerprints = dict(_recorded_versions(cfg.checkpoint_path, key="fingerprints"))
     for path in paths:
         if _exists(path):
             problem, version, _ = _load(path)
             if problem is None and version is not None:
                 versions[str(path)] = version
+                fingerprints.pop(str(path), None)
+                if (fp := commit_fingerprint(path, version)) is not None:
+                    fingerprints[str(path)] = fp
     if not versions:
         return
     cfg.checkpoint_path.mkdir(parents=True, exist_ok=True)
     f = cfg.checkpoint_path / VERSIONS_FILE
     tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps({"versions": versions}, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.write_text(json.dumps({"versions": versions, "fingerprints": fingerprints}, indent=1,
+                              sort_keys=True), encoding="utf-8")
     os.replace(tmp, f)

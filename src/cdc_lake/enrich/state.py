@@ -4,8 +4,10 @@
   the Delta version of each state table (``enriched``, ``pending``, ``aggregate:<name>``) is
   recorded in ``<checkpoint>/enrich_table_versions.json`` (atomically). Before a run, each
   recorded table must still exist at its path, be readable and be at a version >= the recorded
-  one. Otherwise (the table deleted, its newest ``_delta_log`` commits removed, replaced by an
-  older copy) the checkpoint counts changes as written that the table no longer holds; going on
+  one, the recorded version's commit must be the one recorded, and later commits that change
+  rows must be the pipeline's own (:mod:`cdc_lake.table_marks`). Otherwise (the table deleted,
+  its newest ``_delta_log`` commits removed, replaced by an older copy, a RESTORE/DELETE by
+  hand) the checkpoint counts changes as written that the table no longer holds; going on
   would give wrong aggregates forever (signed deltas withdraw what the enriched table says was
   counted). The run stops with :class:`EnrichNeedsReprocess` (exit 3) naming the table and the
   recovery ``--reprocess``. A checkpoint with committed batches but no record (written before
@@ -51,6 +53,7 @@ from typing import Any
 from cdc_lake.checkpoint_log import PipelineStateError, last_committed_batch
 from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.table_marks import changed_behind, commit_fingerprint
 
 VERSIONS_FILE = "enrich_table_versions.json"
 DEFINITIONS_FILE = "enrich_definitions.json"
@@ -100,6 +103,12 @@ def recorded_versions(checkpoint: Path) -> dict[str, dict[str, Any]]:
             and isinstance(e.get("version"), int) and not isinstance(e.get("version"), bool)}
 
 
+def recorded_marks(cfg: EnrichConfig) -> dict[str, tuple[int, str | None]]:
+    """``table path -> (version, commit fingerprint)`` the last batch left each state table at."""
+    return {e["path"]: (e["version"], e["fingerprint"] if isinstance(e.get("fingerprint"), str)
+                        else None) for e in recorded_versions(cfg.checkpoint_path).values()}
+
+
 def record_versions(cfg: EnrichConfig, versions: dict[str, int | None]) -> None:
     """Record the Delta version each state table is at after a batch's writes (atomically)."""
     paths = state_tables(cfg)
@@ -107,6 +116,8 @@ def record_versions(cfg: EnrichConfig, versions: dict[str, int | None]) -> None:
     for name, v in versions.items():
         if name in paths and v is not None:
             tables[name] = {"path": str(paths[name]), "version": int(v)}
+            if (fp := commit_fingerprint(paths[name], int(v))) is not None:
+                tables[name]["fingerprint"] = fp
     if tables:
         _write_json(cfg.checkpoint_path / VERSIONS_FILE, {"tables": tables})
 
@@ -168,6 +179,10 @@ def check_tables(cfg: EnrichConfig) -> None:
                             f"batch of this checkpoint left it at version {last} (the newest "
                             f"_delta_log commit files were removed, or the table was replaced by "
                             f"an older copy)")
+        elif version is not None and (why := changed_behind(
+                path, last, entry.get("fingerprint") if isinstance(entry.get("fingerprint"), str)
+                else None, app_prefix=f"enrich-{cfg.name}-")):
+            problems.append(f"the {name} table at {path}: {why}")
     if problems:
         raise EnrichNeedsReprocess(
             f"pipeline {cfg.name}: " + "; ".join(problems) + ". The checkpoint counts those "

@@ -1,0 +1,96 @@
+"""``cdc_lake.table_marks``: a table changed behind its pipeline since the last run (no Spark).
+
+Real delta-rs tables; the marks are what a job records after a run (version + commit
+fingerprint). Each case is a thing an operator, another job or maintenance does to a table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from cdc_lake.sources.delta_log import SAME_ROWS
+from cdc_lake.table_marks import changed_behind, commit_fingerprint
+
+APP = "cdc-shop-0a1b2c"
+
+
+def _own_write(table: Path, ids: list[int], batch: int) -> None:
+    write_deltalake(str(table), pa.table({"id": ids}), mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(APP, batch)]))
+
+
+def _marked(tmp_path: Path) -> tuple[Path, int, str]:
+    table = tmp_path / "orders"
+    for b in range(3):
+        _own_write(table, [b * 10, b * 10 + 1], b)
+    v = DeltaTable(str(table)).version()
+    fp = commit_fingerprint(table, v)
+    assert fp is not None
+    return table, v, fp
+
+
+def test_own_writes_and_maintenance_pass(tmp_path):
+    table, v, fp = _marked(tmp_path)
+    assert changed_behind(table, v, fp, app_prefix="cdc-shop-") is None
+    _own_write(table, [99], 3)  # a write of a run that stopped before recording
+    dt = DeltaTable(str(table))
+    dt.optimize.compact()  # dataChange false
+    dt = DeltaTable(str(table))
+    dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    dt.create_checkpoint()
+    write_deltalake(str(table), DeltaTable(str(table)).to_pyarrow_table(), mode="overwrite",
+                    commit_properties=CommitProperties(custom_metadata={SAME_ROWS: "true"}))
+    assert changed_behind(table, v, fp, app_prefix="cdc-shop-") is None
+    assert changed_behind(table, v, None, app_prefix="cdc-shop-") is None  # an old record
+
+
+def test_a_lost_commit_whose_version_a_later_commit_took_is_seen(tmp_path):
+    """The tester's case: the newest commit removed, then maintenance's OPTIMIZE took its
+    version number; by version alone the table looked intact."""
+    table, v, fp = _marked(tmp_path)
+    (table / "_delta_log" / f"{v:020d}.json").unlink()
+    DeltaTable(str(table)).optimize.compact()
+    assert DeltaTable(str(table)).version() == v
+    why = changed_behind(table, v, fp, app_prefix="cdc-shop-")
+    assert why and f"version {v}" in why and "not the one" in why, why
+
+
+def test_a_lost_commit_is_seen(tmp_path):
+    table, v, fp = _marked(tmp_path)
+    (table / "_delta_log" / f"{v:020d}.json").unlink()
+    why = changed_behind(table, v, fp, app_prefix="cdc-shop-")
+    assert why and "is gone" in why, why
+
+
+def test_foreign_row_changes_are_seen(tmp_path):
+    for change in ("delete", "restore", "append", "overwrite", "other_pipeline"):
+        table, v, fp = _marked(tmp_path / change)
+        dt = DeltaTable(str(table))
+        if change == "delete":
+            dt.delete("id < 5")
+        elif change == "restore":
+            dt.restore(0)
+        elif change == "append":
+            write_deltalake(str(table), pa.table({"id": [7]}), mode="append")
+        elif change == "overwrite":
+            write_deltalake(str(table), pa.table({"id": [7]}), mode="overwrite")
+        else:  # a pipeline whose name starts like this one's
+            write_deltalake(str(table), pa.table({"id": [7]}), mode="append",
+                            commit_properties=CommitProperties(
+                                app_transactions=[Transaction("cdc-shop_eu-9f", 0)]))
+        why = changed_behind(table, v, fp, app_prefix="cdc-shop-")
+        assert why and "changed rows" in why and f"version {v + 1}" in why, (change, why)
+
+
+def test_commits_removed_by_log_retention_are_not_taken_for_lost_ones(tmp_path):
+    table, v, fp = _marked(tmp_path)
+    dt = DeltaTable(str(table))
+    dt.optimize.compact()
+    DeltaTable(str(table)).create_checkpoint()
+    for f in (table / "_delta_log").glob("*.json"):
+        if int(f.name[:20]) <= v:
+            f.unlink()  # what cleanup_metadata does to expired commits below a checkpoint
+    assert changed_behind(table, v, fp, app_prefix="cdc-shop-") is None
