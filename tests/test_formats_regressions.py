@@ -20,3 +20,49 @@ def test_debezium_schema_change_record_with_schema_wrapper_is_ddl_not_a_crash(sp
     [row] = parser_for("debezium")(df).collect()
     assert row["_kind"] == "ddl" and row["_error"] is None
     assert row["ddl_sql"] == "ALTER TABLE orders ADD COLUMN x INT" and row["db"] == "shop"
+
+
+def test_canal_message_whose_old_holds_fewer_rows_than_data_is_quarantined_not_a_crash(spark):
+    """Tester: ``old`` with 1 entry for 2 rows of ``data`` failed the whole run (ANSI
+    INVALID_ARRAY_INDEX_IN_ELEMENT_AT, exit 1, and every later run again). Every row of such a
+    message is an error (the pairing of old[i] with data[i] is unreliable); others are not."""
+    base = {"database": "shop", "table": "t", "es": 1700000000000, "id": 1, "pkNames": ["id"],
+            "isDdl": False, "mysqlType": {"id": "int", "v": "varchar(8)"}}
+    good = {**base, "type": "UPDATE", "data": [{"id": "1", "v": "b"}, {"id": "2", "v": "c"}],
+            "old": [{"v": "a"}, {"v": "x"}]}
+    short = {**base, "type": "UPDATE", "data": [{"id": "1", "v": "b"}, {"id": "2", "v": "c"}],
+             "old": [{"v": "a"}]}
+    no_old = {**base, "type": "INSERT", "data": [{"id": "3", "v": "d"}], "old": None}
+    df = spark.createDataFrame([("f.json", json.dumps(m)) for m in (good, short, no_old)],
+                               "_file string, _line string")
+    rows = parser_for("canal")(df).collect()
+    errors = sorted((r["_line"] == json.dumps(short), r["_error"]) for r in rows)
+    assert [e for bad, e in errors if not bad] == [None, None, None], errors
+    assert [e for bad, e in errors if bad] == ["old holds 1 rows for the 2 rows of data "
+                                                 "(old[i] pairs with data[i])"] * 2, errors
+
+
+def test_maxwell_unusable_position_or_ts_is_an_error_not_a_different_order(spark):
+    """Tester: ``"position": "mysql-bin.000001"`` (no offset) sorted the row as if it had no
+    position, before every positioned row (the newest update lost, exit 0); ``"ts": "abc"`` gave
+    a null commit time (an SCD2 version without _valid_from, exit 0). Both are now errors; an
+    absent position (old Maxwell) and a numeric-string ts still work."""
+    def line(**kw):  # type: ignore[no-untyped-def]
+        return json.dumps({"database": "shop", "table": "t", "type": "update", "xid": 7,
+                           "xoffset": 0, "data": {"id": 1}, **kw})
+
+    cases = {
+        line(ts=1700000000, position="mysql-bin.000001:320"): None,
+        line(ts=1700000000): None,
+        line(ts="1700000000", position="mysql-bin.000001:330"): None,
+        line(ts=1700000000, position=None): None,
+        line(ts=1700000000, position="mysql-bin.000001"):
+            'position is not <binlog file>:<offset>: "mysql-bin.000001"',
+        line(ts=1700000000, position={"file": "x"}):
+            'position is not <binlog file>:<offset>: {"file":"x"}',
+        line(ts="abc", position="mysql-bin.000001:340"): 'ts is not a whole number of seconds: "abc"',
+        line(ts=[1]): "ts is not a whole number of seconds: [1]",
+    }
+    df = spark.createDataFrame([("f.json", text) for text in cases], "_file string, _line string")
+    got = {r["_line"]: r["_error"] for r in parser_for("maxwell")(df).collect()}
+    assert got == cases

@@ -227,6 +227,13 @@ def test_which_checkpoints_count_as_complete(tmp_path):
     assert e.value.file == tmp_path / "offsets" / "13" and "commits/13" in str(e.value)
     (tmp_path / "commits" / "13").unlink()
     validate_checkpoint(tmp_path, recovery="R")
+    (tmp_path / "offsets" / "11").rename(tmp_path / "o11")  # the one before the newest
+    with pytest.raises(CheckpointDamaged) as e:
+        validate_checkpoint(tmp_path, recovery="R")
+    assert e.value.file == tmp_path / "offsets" / "11" and "offsets/12" in str(e.value)
+    (tmp_path / "o11").rename(tmp_path / "offsets" / "11")
+    (tmp_path / "offsets" / "10").unlink()  # older ones go by Spark's own purge
+    validate_checkpoint(tmp_path, recovery="R")
     (tmp_path / "metadata").unlink()
     with pytest.raises(CheckpointDamaged) as e:
         validate_checkpoint(tmp_path, recovery="R")
@@ -332,6 +339,26 @@ def test_a_landed_file_appended_to_after_it_was_read_stops_the_run_and_the_recov
     assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}
 
 
+def test_a_landed_file_replaced_by_a_copy_with_an_older_time_stops_the_run(spark, tmp_path):
+    """Tester: a corrected copy of a file already read, put in place with `cp -p` (an older
+    modification time kept): the run took the no-op path, exit 0, the table kept the old values."""
+    import os
+
+    from cdc_lake.cdc.backlog import LandedFileChanged
+
+    cfg = pipeline(tmp_path)
+    a = land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    fixed = tmp_path / "fixed.json"
+    fixed.write_text(event(1, status="fixed") + "\n" + event(2) + "\n", encoding="utf-8")
+    os.utime(fixed, (1_600_000_000, 1_600_000_000))  # 2020: cp -p keeps the copy's own time
+    os.replace(fixed, a)
+    with pytest.raises(LandedFileChanged) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    assert str(a) in str(e.value) and "2020-09-13" in str(e.value), str(e.value)
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
+
+
 def test_remove_unfinished_writes_touches_only_temp_files_of_log_writes(tmp_path):
     """No Spark: which names are unfinished writes (Hadoop's ``.<name>.<uuid>.tmp`` + checksum)."""
     from cdc_lake.checkpoint_log import remove_unfinished_writes
@@ -351,3 +378,115 @@ def test_remove_unfinished_writes_touches_only_temp_files_of_log_writes(tmp_path
     assert sorted(p.relative_to(tmp_path).as_posix() for p in removed) == sorted(gone)
     assert all((tmp_path / n).exists() for n in keep)
     assert remove_unfinished_writes(tmp_path / "missing") == []
+
+
+def test_a_table_changed_behind_the_pipeline_stops_the_run_and_maintenance_leaves_it_alone(spark, tmp_path):
+    """Tester: the newest commit of a table removed, then a maintenance run: its OPTIMIZE/VACUUM
+    commits took the lost commit's version number, the version check saw nothing, and the next
+    runs went on without the lost changes (12 rows missing, exit 0); a RESTORE or DELETE by hand
+    likewise (keys missing, deleted keys back, exit 0). Now maintenance leaves such a table alone
+    (exit 3, the other tables maintained) and the run stops naming the table and commit; the
+    full refresh it prints restores the truth; maintenance of an intact table changes nothing
+    the next run checks."""
+    from deltalake import DeltaTable
+
+    from cdc_lake.cdc.state import TableChangedBehind
+    from cdc_lake.maintenance import MaintenanceSettings, run_maintenance
+
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i) for i in range(1, 6)), event(9, "customers"))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(12, typ="update", id=2, status="s2b"), event(6))
+    run_pipeline(cfg, spark=spark, run_id="r2")
+    truth = {1: "s1", 2: "s2b", 3: "s3", 4: "s4", 5: "s5", 6: "s6"}
+    orders = cfg.tables["orders"].path
+    assert rows(orders) == truth
+    settings = MaintenanceSettings(vacuum_retention_hours=0)
+
+    # intact: maintenance compacts and vacuums, the next run passes its checks
+    report = run_maintenance(cfg, settings=settings, pipelines=[cfg])
+    assert report["failed"] == [] and report["tables"]["orders"]["status"] == "ok", report
+    land(cfg.landing_path, "c.json", event(7))
+    assert run_pipeline(cfg, spark=spark, run_id="r3")["status"] == "succeeded"
+    truth[7] = "s7"
+    assert rows(orders) == truth
+
+    # the newest commit lost: maintenance does not touch the table
+    v = DeltaTable(str(orders)).version()
+    (orders / "_delta_log" / f"{v:020d}.json").unlink()
+    report = run_maintenance(cfg, settings=settings, pipelines=[cfg])
+    t = report["tables"]["orders"]
+    assert t["status"] == "changed_behind" and "orders" in report["failed"], report
+    assert "--full-refresh --tables orders" in t["recovery"], t
+    assert report["tables"]["customers"]["status"] == "ok"
+    assert DeltaTable(str(orders)).version() == v - 1
+    # another commit that changes no rows takes the version number (as maintenance's did)
+    DeltaTable(str(orders)).alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+    assert DeltaTable(str(orders)).version() == v
+    with pytest.raises(TableChangedBehind) as e:
+        run_pipeline(cfg, spark=spark, run_id="r4")
+    assert "'orders'" in str(e.value) and f"version {v}" in str(e.value), str(e.value)
+    assert "--full-refresh --tables orders" in str(e.value)
+    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    assert rows(orders) == truth
+
+    # a DELETE by hand
+    DeltaTable(str(orders)).delete("id < 3")
+    r = _cli(cfg.file)
+    assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and "changed rows" in r.stderr, r.stderr[-2000:]
+    run_pipeline(cfg, spark=spark, run_id="refresh2", tables=["orders"], full_refresh=True)
+    land(cfg.landing_path, "d.json", event(8))
+    assert run_pipeline(cfg, spark=spark, run_id="r5")["status"] == "succeeded"
+    truth[8] = "s8"
+    assert rows(orders) == truth
+
+
+def test_a_moved_landing_folder_stops_the_run_naming_both_folders(spark, tmp_path):
+    """Tester: the landing folder renamed and source.path changed to match: every run failed
+    (exit 1) with Spark's "Wrong basePath" after a page of plan. Now exit 3 before Spark, naming
+    the folders and both recoveries; the move-aside recovery converges."""
+    from cdc_lake.cdc.backlog import LandingMoved
+    from cdc_lake.config import load_pipeline
+
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    moved = tmp_path / "landing_new"
+    cfg.landing_path.rename(moved)
+    cfg.file.write_text(cfg.file.read_text().replace("path: landing", "path: landing_new"))
+    cfg = load_pipeline(cfg.file)
+    assert cfg.landing_path == moved
+    land(moved, "b.json", event(3))
+    with pytest.raises(LandingMoved) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    msg = str(e.value)
+    assert str(tmp_path / "landing") in msg and str(moved) in msg and ".moved" in msg, msg
+    cp = cfg.checkpoint_path
+    cp.rename(cp.with_name(cp.name + ".moved"))
+    assert run_pipeline(cfg, spark=spark, run_id="r3")["status"] == "succeeded"
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}
+
+
+def test_a_full_refresh_with_ingested_landing_files_gone_stops_before_rebuilding(spark, tmp_path):
+    """Tester: ingested files archived out of the landing folder (fine for incremental runs),
+    then the full refresh recovery messages recommend: 6 of 31 rows missing, exit 0. Now the
+    refresh stops before rebuilding, naming the files; with them back it rebuilds the truth."""
+    from cdc_lake.cdc.backlog import LandingHistoryIncomplete
+
+    cfg = pipeline(tmp_path)
+    a = land(cfg.landing_path, "a.json", event(1), event(2))
+    land(cfg.landing_path, "b.json", event(3))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    a.rename(archive / a.name)
+    land(cfg.landing_path, "c.json", event(4))
+    assert run_pipeline(cfg, spark=spark, run_id="r2")["status"] == "succeeded"  # incremental: fine
+    before = rows(cfg.tables["orders"].path)
+    with pytest.raises(LandingHistoryIncomplete) as e:
+        run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    assert str(a) in str(e.value) and "put those files back" in str(e.value), str(e.value)
+    assert rows(cfg.tables["orders"].path) == before
+    (archive / a.name).rename(a)
+    run_pipeline(cfg, spark=spark, run_id="refresh2", tables=["orders"], full_refresh=True)
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3", 4: "s4"}

@@ -55,3 +55,20 @@ def test_config_types_pin_the_column_whatever_the_split(spark, tmp_path, monkeyp
         ctype, stored, reasons = _run(spark, d, split)
         assert "string" in ctype.lower() and stored == {1: "1", 2: "abc"} and reasons == [], \
             (split, ctype, stored, reasons)
+
+
+def test_a_number_beyond_the_double_range_is_quarantined_not_stored_as_infinity(spark, tmp_path):
+    """Tester: ``"a": 1e400`` (JSON allows it; it parses as Infinity) was stored as ``inf`` in a
+    double column, exit 0. Now quarantined naming the value; finite doubles are stored."""
+    cfg = pipeline(tmp_path)
+    lines = [event(1, a="BIG"), event(2, a=2.5e300), event(3, a=-1.5e300)]
+    lines[0] = lines[0].replace('"BIG"', "1e400")
+    land(tmp_path / "landing", "a.json", *lines)
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    t = DeltaTable(str(cfg.table_path("orders")))
+    assert "double" in str({f.name: f.type for f in t.schema().fields}["a"]).lower()
+    stored = {r["id"]: r["a"] for r in t.to_pyarrow_table().to_pylist()}
+    assert stored == {2: 2.5e300, 3: -1.5e300}, stored
+    q = DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().to_pylist()
+    assert len(q) == 1 and "1e400" in q[0]["raw_line"] and "Infinity" in q[0]["reason"], q
+    assert "does not fit column type double exactly" in q[0]["reason"], q

@@ -243,7 +243,8 @@ def _check_complete(checkpoint: Path, recovery: str) -> None:
     (STREAMING_CHECKPOINT_MISSING_METADATA_FILE) and re-reads the file source's log from its
     newest ``K.compact`` (else from entry 0) up to its newest entry on every start ("batch K
     doesn't exist" when one is gone). Entries below the newest compact file are in it, so Spark
-    may delete their files. The newest batch has an ``offsets/N`` (written before ``commits/N``)."""
+    may delete their files. The newest batch has an ``offsets/N`` (written before ``commits/N``),
+    and ``offsets/N-1`` beside it."""
     offsets = batch_ids(checkpoint / "offsets")
     batches = sorted(set(offsets) | set(batch_ids(checkpoint / "commits")))
     if not batches:
@@ -263,6 +264,13 @@ def _check_complete(checkpoint: Path, recovery: str) -> None:
         raise CheckpointDamaged(checkpoint / "offsets" / str(last), (
             f"missing while commits/{last} holds batch {last} as done (the offset log ends at "
             + (f"batch {offsets[-1]})" if offsets else "no batch)")), recovery)
+    if offsets[-1] > 0 and offsets[-1] - 1 not in offsets:
+        # Spark restarts from the newest offsets file and the one before it (the batch's start);
+        # its purge keeps both. Without it: "batch N-1 doesn't exist" after a page of plan, exit 1
+        prev = offsets[-1] - 1
+        raise CheckpointDamaged(checkpoint / "offsets" / str(prev), (
+            f"missing: Spark reads it with offsets/{offsets[-1]} (where batch {offsets[-1]} "
+            "starts) on every start"), recovery)
     entry = read_offsets(checkpoint, offsets[-1])  # readable: checked before
     for source, offset in enumerate(entry.sources):
         k = offset.get("logOffset") if isinstance(offset, dict) else None

@@ -204,10 +204,32 @@ class LandedFileChanged(PipelineStateError):
             f"{listing}{more}. Spark's file source reads each file once, so lines written to it "
             "later would never be read (a file must be complete when it appears in the landing "
             "folder: write it under a temporary name — hidden, starting with '.' — and rename it "
-            "into place). Recovery: copy the lines added since the first read into a NEW file in "
+            "into place; a correction goes into a new file, never over a file already read). "
+            "Recovery: copy the lines added since the first read into a NEW file in "
             "the landing folder (a line that was cut off then is in the quarantine; its completed "
             "form belongs in the new file), then give each changed file its old modification time "
             f"back (`{touch}`) and run again")
+
+
+class LandingMoved(PipelineStateError):
+    """The checkpoint's file source took files from another folder than ``source.path``."""
+
+    def __init__(self, cfg: PipelineConfig, outside: list[str]) -> None:
+        self.files = outside
+        folder = os.path.dirname(outside[0])
+        cp = cfg.checkpoint_path
+        super().__init__(
+            f"pipeline {cfg.name!r}: checkpoint {cp} took {len(outside)} file(s) from outside "
+            f"the landing folder {cfg.landing_path} (source.path of {cfg.file}), e.g. "
+            f"{outside[0]}: the landing folder was moved or renamed, source.path changed, or the "
+            "checkpoint was copied from another pipeline. Spark re-plans the last batch's files "
+            "from the recorded paths on every start and fails (\"Wrong basePath\"), and files "
+            "in the new folder named like taken ones would be taken for read. Recovery: put the "
+            f"folder back where it was ({folder}) or set source.path back; or, to go on from "
+            f"the new folder, move the checkpoint aside: `mv {cp} {cp}.moved && spark-submit "
+            f"spark_jobs/cdc_ingest.py --pipeline {cfg.file}` (the new checkpoint re-reads the "
+            "whole landing folder; every MERGE is ordered by binlog sequence, so re-applied "
+            "changes leave the tables as they are)")
 
 
 def _iso(ms: int) -> str:
@@ -218,7 +240,8 @@ def _iso(ms: int) -> str:
 
 def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
     """Raise :class:`LandedFileChanged` when a file the file source took in a committed batch is
-    still in the landing folder and was modified later than the time the source recorded for it.
+    still in the landing folder and has another modification time than the one the source
+    recorded for it (later: appended to; earlier: replaced by a copy keeping an older time).
 
     Local landing folders only (a URI or a log this module does not read: no check). A recorded
     time that is a whole second may be a file system without milliseconds: then only a change in
@@ -232,6 +255,11 @@ def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
     if ":" in str(cfg.landing_path):
         return
     taken = _taken_entries(cfg)
+    landing = os.path.normpath(str(cfg.landing_path))
+    outside = [] if any(ch in landing for ch in "*?[]{}\\") else \
+        [p for p in sorted(taken) if os.path.commonpath([landing, p]) != landing]
+    if outside:
+        raise LandingMoved(cfg, outside)
     changed = []
     for path, recorded in sorted(taken.items()):
         try:
@@ -239,10 +267,45 @@ def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
         except FileNotFoundError:
             continue  # archived / cleaned up: nothing more to read from it
         slack = 999 if recorded % 1000 == 0 else 0
-        if now > recorded + slack:
+        # an older time is a change too: a corrected copy put in place with its old time kept
+        # (`cp -p`, `rsync -t`) was taken for the file already read (tester: exit 0, stale rows)
+        if now > recorded + slack or now < recorded:
             changed.append((path, recorded, now))
     if changed:
         raise LandedFileChanged(changed, str(cfg.landing_path))
+
+
+class LandingHistoryIncomplete(PipelineStateError):
+    """A full refresh would rebuild from a landing folder lacking files the stream has taken."""
+
+    def __init__(self, cfg: PipelineConfig, gone: list[str]) -> None:
+        self.files = gone
+        shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+        cp = cfg.checkpoint_path
+        super().__init__(
+            f"pipeline {cfg.name!r}: a full refresh rebuilds tables from the landing folder "
+            f"{cfg.landing_path}, but {len(gone)} file(s) the pipeline has ingested are no longer "
+            f"there ({shown}; moved, archived or deleted): the rebuilt tables would lack their "
+            "changes, so nothing was rebuilt. Recovery: put those files back into the landing "
+            "folder (under their names) and run the full refresh again. To rebuild without them "
+            "on purpose (their changes are lost from the rebuilt tables for good), move the "
+            f"checkpoint aside first (`mv {cp} {cp}.before-refresh`): the next incremental run "
+            "then re-reads the landing folder from its start")
+
+
+def check_history_complete(cfg: PipelineConfig) -> None:
+    """Before a full refresh: raise :class:`LandingHistoryIncomplete` when files the stream
+    took in committed batches are gone from the landing folder (tester: two archived files, a
+    full refresh, 6 of 31 rows missing, exit 0). Local landing folders only."""
+    if ":" in str(cfg.landing_path):
+        return
+    try:
+        taken = _taken_entries(cfg)
+    except (OSError, ValueError, KeyError, TypeError, PipelineStateError):
+        return  # a damaged checkpoint: a full refresh does not need it (its own checks report it)
+    gone = [p for p in sorted(taken) if not os.path.exists(p)]
+    if gone:
+        raise LandingHistoryIncomplete(cfg, gone)
 
 
 def _taken_entries(cfg: PipelineConfig) -> dict[str, int]:

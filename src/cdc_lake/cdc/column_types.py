@@ -241,8 +241,8 @@ _BEYOND_MICROS_RE = r":\d{2}[.,]\d{6}0*[1-9]"
 
 def kind_checked(sql: str) -> bool:
     """Whether values decoded (plain decoder) into ``sql`` need :func:`kind_exact`: boolean,
-    date and timestamp columns (integers and decimals: ``widening.exact``)."""
-    return sql.strip().lower() in ("boolean", "date", "timestamp")
+    date, timestamp and double columns (integers and decimals: ``widening.exact``)."""
+    return sql.strip().lower() in ("boolean", "date", "timestamp", "double", "float")
 
 
 def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
@@ -258,6 +258,9 @@ def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
     * ``timestamp``: any value Spark parses except a string with non-zero digits beyond
       microseconds (``"... 10:30:00.1234567"`` would be stored truncated). A date-only string is
       midnight, an offset is converted to UTC: the same instant, exact.
+    * ``double``: any finite value; an infinite or NaN one only from a string spelling it
+      (``"Infinity"``, ``"NaN"``: PostgreSQL floats); a number beyond the double range (``1e400``,
+      parsed as Infinity) is not.
 
     Example::
 
@@ -275,6 +278,10 @@ def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
         ok = (F.schema_of_variant(raw) == "STRING") & text.rlike(_EXACT_DATE_RE)
     elif t == "timestamp":  # cheap first: only strings longer than "...:SS.ffffff" can lose digits
         ok = ~(F.length(text) > 26) | ~text.rlike(_BEYOND_MICROS_RE)
+    elif t in ("double", "float"):  # a number beyond the double range parses as +-Infinity
+        ok = (~(F.isnan(decoded) | decoded.isin(float("inf"), float("-inf")))
+              | ((F.schema_of_variant(raw) == "STRING")
+                 & text.rlike(r"(?i)^\s*[+-]?(inf|infinity|nan)\s*$")))
     else:
         return F.lit(True)
     return F.when(decoded.isNull(), F.lit(True)).otherwise(F.coalesce(ok, F.lit(False)))
@@ -284,7 +291,8 @@ def kind_proven(obs: ObservedColumn, sql: str) -> bool:
     """Whether the batch's survey already proves :func:`kind_exact` for every value of the
     column (so the per-value check is skipped, like ``widening.proven_exact``): a boolean column
     whose values are all JSON booleans (``BOOLEAN``); a date column whose values all look like
-    ``YYYY-MM-DD`` (the survey's ``all_dates``); a column with only nulls (``VOID``)."""
+    ``YYYY-MM-DD`` (the survey's ``all_dates``); a double column of integers or decimals; a
+    column with only nulls (``VOID``)."""
     v, t = obs.variant_type.strip().upper(), sql.strip().lower()
     if v == "VOID":
         return True
@@ -292,6 +300,8 @@ def kind_proven(obs: ObservedColumn, sql: str) -> bool:
         return v == "BOOLEAN"
     if t == "date":
         return v == "STRING" and obs.all_dates
+    if t in ("double", "float"):  # integers and decimals never parse beyond the double range
+        return v in ("TINYINT", "SMALLINT", "INT", "BIGINT") or v.startswith("DECIMAL")
     return False
 
 

@@ -29,8 +29,8 @@ from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
 from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state, record_tables, record_versions
-from cdc_lake.cdc.backlog import (backlog, check_landed_files_unchanged, check_landing_names,
-                                  nothing_new)
+from cdc_lake.cdc.backlog import (backlog, check_history_complete, check_landed_files_unchanged,
+                                  check_landing_names, nothing_new)
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import FILE_SOURCE_MAX_AGE, ConfigError, class_archive, driver_jit
@@ -150,6 +150,7 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
         check_landed_files_unchanged(cfg)  # appended to after it was read: never read again
     else:  # (the incremental path checks file names in check_landed_files_unchanged)
         check_landing_names(cfg)  # a ':' in a file name fails Hadoop's read of every file
+        check_history_complete(cfg)  # archived/deleted landing files: the rebuild would lack them
     fast_engine = None if full_refresh else _fast_path_engine(cfg, spark)
     if fast_engine is not None and nothing_new(cfg):
         # Nothing the file source would pick up: no Spark session, no query, no commit.

@@ -45,14 +45,21 @@ def parse(lines: DataFrame) -> DataFrame:
                       F.when(is_ddl, F.lit("00000000")).otherwise(F.lit(ORDINAL)),
                       pad(F.coalesce("ridx", F.lit(0)), 8))
     kind = F.when(v.isNull(), "row").when(is_ddl, "ddl").otherwise("row")
-    old = F.element_at(vget(v, "$.old", "array<variant>"), F.col("ridx") + 1)
+    olds = vget(v, "$.old", "array<variant>")
+    # try_: a message whose `old` holds fewer rows than `data` failed the whole run (ANSI
+    # element_at out of bounds, exit 1, every later run too); such a message is quarantined
+    old = F.try_element_at(olds, F.col("ridx") + 1)
+    rows_n = F.size(vget(v, "$.data", "array<variant>"))
     error = (F.when(v.isNull(), json_failure(F.col("_line")))
              .when(kind != "row", F.lit(None))
              .when(typ.isNull(), F.lit("missing type"))
              .when(op.isNull(), F.concat(F.lit("unknown type "), F.to_json(vget(v, "$.type"))))
              .when(vget(v, "$.table", "string").isNull(), F.lit("missing table"))
              .when(es.isNull(), F.lit("missing es (binlog time)"))
-             .when(F.col("r").isNull() | F.is_variant_null("r"), F.lit("missing data rows")))
+             .when(F.col("r").isNull() | F.is_variant_null("r"), F.lit("missing data rows"))
+             .when(olds.isNotNull() & (F.size(olds) != rows_n),
+                   F.format_string("old holds %d rows for the %d rows of data (old[i] pairs with "
+                                   "data[i])", F.size(olds), rows_n)))
     return select_normalized(df.select(
         "_file", "_line", ORDER_COLUMN,
         error.alias("_error"), kind.alias("_kind"),

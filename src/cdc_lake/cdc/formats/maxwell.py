@@ -29,6 +29,11 @@ _OPS = {"insert": "insert", "update": "update", "delete": "delete", "bootstrap-i
 _MARKERS = ("bootstrap-start", "bootstrap-complete")
 
 
+def _present(name: str):  # type: ignore[no-untyped-def]
+    """The field is in the line and not JSON null."""
+    return F.col(name).isNotNull() & ~F.is_variant_null(name)
+
+
 def parse(lines: DataFrame) -> DataFrame:
     # Two projections: every field is read from the parsed line once, then the derived columns
     # refer to those (Spark keeps the projections apart instead of re-evaluating the reads in
@@ -38,8 +43,8 @@ def parse(lines: DataFrame) -> DataFrame:
     df = lines.select("_file", "_line", line_position().alias(ORDER_COLUMN), v.alias("v")).select(
         "_file", "_line", ORDER_COLUMN, "v", F.col("v").isNull().alias("bad"),
         vget(F.col("v"), "$.type", "string").alias("typ"),
-        vget(F.col("v"), "$.position", "string").alias("position"),
-        vget(F.col("v"), "$.ts", "bigint").alias("ts"),
+        vget(F.col("v"), "$.position").alias("position_v"),
+        vget(F.col("v"), "$.ts").alias("ts_v"),
         # Maxwell omits xoffset on a transaction's commit row: it is the transaction's last row.
         # (null: no xoffset and no commit flag; see `slot` below)
         F.coalesce(vget(F.col("v"), "$.xoffset", "bigint"),
@@ -53,6 +58,10 @@ def parse(lines: DataFrame) -> DataFrame:
         vget(F.col("v"), "$.primary_key_columns", "array<string>").alias("pk_names"),
         vget(F.col("v"), "$.sql", "string").alias("ddl_sql"),
     )
+    # the typed reads from the two small variants (a value of another type reads as null: the
+    # error below tells it from an absent field)
+    df = df.select("*", vget(F.col("position_v"), "$", "string").alias("position"),
+                   vget(F.col("ts_v"), "$", "bigint").alias("ts"))
     typ = F.col("typ")
     op = F.create_map(*[x for k, o in _OPS.items() for x in (F.lit(k), F.lit(o))])[typ]
     pos_file = F.regexp_extract("position", r"^(.*):(\d+)$", 1)
@@ -81,6 +90,14 @@ def parse(lines: DataFrame) -> DataFrame:
              .when(F.col("op").isNull(),
                    F.concat(F.lit("unknown type "), F.to_json(vget(F.col("v"), "$.type"))))
              .when(F.col("tbl").isNull(), F.lit("missing table"))
+             # present but unusable: such a row sorted as if it had no position (before every
+             # positioned row: the newest update lost) or got no commit time (an SCD2 version
+             # without _valid_from), exit 0
+             .when(_present("position_v") & (pos_off == ""),
+                   F.concat(F.lit("position is not <binlog file>:<offset>: "),
+                            F.to_json(F.col("position_v"))))
+             .when(_present("ts_v") & ts.isNull(),
+                   F.concat(F.lit("ts is not a whole number of seconds: "), F.to_json(F.col("ts_v"))))
              .when(F.col("seq").isNull(), F.lit("missing binlog order (position or ts)"))
              .when(data.isNull() | F.is_variant_null(data), F.lit("missing data")))
     return select_normalized(df.select(
