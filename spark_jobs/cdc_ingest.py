@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdc_lake.summary import print_summary
     from cdc_lake.config import ConfigError, load_pipeline
 
+    cfg = None
     try:
         cfg = load_pipeline(args.pipeline)
         tables = [t for t in (args.tables or "").split(",") if t] or None
@@ -75,7 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[cdc] PIPELINE LOCKED: {e}", file=sys.stderr, flush=True)
         return EXIT_LOCKED
     except Exception:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
-        traceback.print_exc()
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        if cfg is not None:
+            from cdc_lake.cdc.state import missing_data_file
+
+            state = missing_data_file(cfg, text)
+            if state is not None:  # an operator has to act: say so last, exit 3 (no retry)
+                print(f"[cdc] NEEDS RECOVERY: {state}", file=sys.stderr, flush=True)
+                return EXIT_STATE
         print("[cdc] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
         return EXIT_FAILED
     print_summary(summary, human=_human(summary))

@@ -490,3 +490,20 @@ def test_a_full_refresh_with_ingested_landing_files_gone_stops_before_rebuilding
     (archive / a.name).rename(a)
     run_pipeline(cfg, spark=spark, run_id="refresh2", tables=["orders"], full_refresh=True)
     assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3", 4: "s4"}
+
+
+def test_a_deleted_data_file_ends_the_run_with_exit_3_naming_it(spark, tmp_path):
+    """Tester: a table's data file deleted by hand: the next run with new data failed with
+    exit 1 (Airflow retried it for nothing) and delta-rs's 'not found' on line ~550 of the
+    output. Now the failure is recognised: exit 3, the file, the table and the recovery last."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    [victim] = list(cfg.tables["orders"].path.glob("*.parquet"))
+    victim.unlink()
+    land(cfg.landing_path, "b.json", event(3), event(12, typ="update", id=1, status="x"))
+    r = _cli(cfg.file)
+    assert r.returncode == 3, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("[cdc] NEEDS RECOVERY") and str(victim) in last, last
+    assert "--full-refresh --tables orders" in last, last

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,40 @@ def check_state(cfg: PipelineConfig) -> None:
     _check_side_tables(cfg, app, txns)
     if app is not None:
         _check_checkpoint_not_behind(cfg, app, txns)
+
+
+class TableFileMissing(TableStateError):
+    """A data file a Delta table's log references is gone (found when a run failed on it)."""
+
+    consequence = "its log still references it, so no run can read or MERGE into the table"
+
+
+_MISSING_FILE = (re.compile(r"Object at location (/\S+?) not found"),
+                 re.compile(r"File (?:file:)?(/\S+?\.parquet) does not exist"))
+
+
+def missing_data_file(cfg: PipelineConfig, error_text: str) -> TableFileMissing | None:
+    """The state error for a run that failed because a data file of one of the pipeline's
+    tables is gone (deleted by hand, or a VACUUM by another tool), else None. Found in the
+    failure's text (delta-rs: ``Object at location <f> not found``; Spark: ``File <f> does not
+    exist``): it used to end the run with exit 1 (retried for nothing) and the cause on line
+    ~550 of a plan dump."""
+    if getattr(cfg, "kind", "cdc") != "cdc":
+        return None
+    for pattern in _MISSING_FILE:
+        for m in pattern.finditer(error_text):
+            f = Path(m.group(1))
+            for name in cfg.tables:
+                for label, path in ((f"table {name!r}", cfg.tables[name].path),
+                                    (f"tombstone table of {name!r}", cfg.tombstone_path(name))):
+                    if path in f.parents:
+                        return TableFileMissing([name], (
+                            f"pipeline {cfg.name!r}: the data file {f} of the {label} at {path} "
+                            "is gone (deleted by hand, or removed by a VACUUM outside this "
+                            "pipeline's maintenance)"), (
+                            f"put the file back from a copy if you have one; else move the table "
+                            f"aside (`mv {path} {path}.damaged`) and {refresh_command(cfg, [name])}"))
+    return None
 
 
 def _check_checkpoint_not_behind(cfg: PipelineConfig, app: str,
