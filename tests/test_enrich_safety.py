@@ -207,8 +207,23 @@ def _drop_newest_commit(table: Path) -> None:
     (log / "_last_checkpoint").unlink(missing_ok=True)
 
 
+def _delete_by_hand(table: Path) -> None:
+    from deltalake import DeltaTable
+
+    DeltaTable(str(table)).delete("true")  # every row: whatever the fixture holds
+
+
+def _drop_newest_commit_then_commit_over_it(table: Path) -> None:
+    from deltalake import DeltaTable
+
+    _drop_newest_commit(table)  # then a commit changing no rows takes the version number
+    DeltaTable(str(table)).alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+
+
 LOSSES = {
     "enriched_newest_commit_removed": ("gold/lines", _drop_newest_commit),
+    "enriched_deleted_by_hand": ("gold/lines", _delete_by_hand),
+    "aggregate_commit_replaced": ("gold/units", _drop_newest_commit_then_commit_over_it),
     "enriched_deleted": ("gold/lines", shutil.rmtree),
     "pending_deleted": ("gold/_pending/safe", shutil.rmtree),
     "aggregate_newest_commit_removed": ("gold/units", _drop_newest_commit),
@@ -216,7 +231,7 @@ LOSSES = {
 
 
 # default tier: one lost commit and one deleted table (the same check); the slow tier adds volume
-SLOW_LOSSES = {"enriched_deleted", "aggregate_newest_commit_removed"}
+SLOW_LOSSES = {"enriched_deleted", "aggregate_newest_commit_removed", "aggregate_commit_replaced"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_LOSSES else c
