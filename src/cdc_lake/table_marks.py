@@ -75,18 +75,29 @@ def _foreign_change(data: bytes, app_prefix: str) -> str | None:
     return str(info.get("operation") or "an unnamed operation")
 
 
-def changed_behind(table: Path, version: int, recorded: str | None, *, app_prefix: str) -> str | None:
+def changed_behind(table: Path, version: int, recorded: str | None, *, app_prefix: str,
+                   current: int | None = None) -> str | None:
     """Why ``table`` is not as a run of the pipeline left it at ``version`` (whose commit had
-    fingerprint ``recorded``; None: not recorded, by an older release), or None when intact."""
+    fingerprint ``recorded``; None: not recorded, by an older release), or None when intact.
+    ``current``: the table's version now, when the caller has loaded it (the commit files are
+    then opened by name; else the log folder is listed, which grows with the history)."""
     log = Path(table) / "_delta_log"
-    try:
-        names = os.listdir(log)
-    except OSError:
-        return None  # no log: the kind's own checks report a missing table
-    versions = sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
-    if recorded is not None and versions:
+    if current is None:
+        try:
+            names = os.listdir(log)
+        except OSError:
+            return None  # no log: the kind's own checks report a missing table
+        versions = sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
+        if not versions:
+            return None
+        older_kept = versions[0] < version
+        later = [v for v in versions if v > version]
+    else:
+        older_kept = version > 0 and _commit_file(table, version - 1).is_file()
+        later = list(range(version + 1, current + 1))
+    if recorded is not None:
         now = commit_fingerprint(table, version)
-        if now is None and versions[0] < version:
+        if now is None and older_kept:
             return (f"its commit of version {version}, which a run of this pipeline left it at, "
                     f"is gone ({_commit_file(table, version)}) while older commits remain")
         if now is not None and now != recorded:
@@ -94,11 +105,11 @@ def changed_behind(table: Path, version: int, recorded: str | None, *, app_prefi
                     f"it at (fingerprint {now}, recorded {recorded}): the newest commit files were "
                     "removed and other commits took their version numbers (a maintenance run, "
                     "another writer), or the table was replaced")
-    for v in (v for v in versions if v > version):
+    for v in later:
         try:
             data = _commit_file(table, v).read_bytes()
         except OSError:
-            continue
+            continue  # removed by the log retention (or never readable): nothing to compare
         op = _foreign_change(data, app_prefix)
         if op is not None:
             return (f"its commit of version {v} ({op}) changed rows after the version {version} "

@@ -193,7 +193,8 @@ def check_state(cfg: PipelineConfig) -> None:
             elif (last := left_at.get(str(path))) is not None and version is not None and version < last:
                 rolled_back.append((name, path, version, last))
             elif last is not None and (why := changed_behind(
-                    path, last, fingerprints.get(str(path)), app_prefix=f"cdc-{cfg.name}-")):
+                    path, last, fingerprints.get(str(path)), app_prefix=f"cdc-{cfg.name}-",
+                    current=version)):
                 changed.append((name, path, why))
     if missing:
         detail = (f"pipeline {cfg.name!r}: checkpoint {cfg.checkpoint_path} has written "

@@ -181,7 +181,7 @@ def check_tables(cfg: EnrichConfig) -> None:
                             f"an older copy)")
         elif version is not None and (why := changed_behind(
                 path, last, entry.get("fingerprint") if isinstance(entry.get("fingerprint"), str)
-                else None, app_prefix=f"enrich-{cfg.name}-")):
+                else None, app_prefix=f"enrich-{cfg.name}-", current=version)):
             problems.append(f"the {name} table at {path}: {why}")
     if problems:
         raise EnrichNeedsReprocess(
