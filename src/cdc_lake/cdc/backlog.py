@@ -205,7 +205,8 @@ class LandedFileChanged(PipelineStateError):
             "later would never be read (a file must be complete when it appears in the landing "
             "folder: write it under a temporary name — hidden, starting with '.' — and rename it "
             "into place; a correction goes into a new file, never over a file already read). "
-            "Recovery: copy the lines added since the first read into a NEW file in "
+            "If a file's content is unchanged (restored from an archive by a copy that set a new "
+            f"time), only give it its old time back: `{touch}`, and run again. Otherwise: copy the lines added since the first read into a NEW file in "
             "the landing folder (a line that was cut off then is in the quarantine; its completed "
             "form belongs in the new file), then give each changed file its old modification time "
             f"back (`{touch}`) and run again")
@@ -275,6 +276,9 @@ def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
         raise LandedFileChanged(changed, str(cfg.landing_path))
 
 
+_CODEC_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst")
+
+
 class LandingHistoryIncomplete(PipelineStateError):
     """A full refresh would rebuild from a landing folder lacking files the stream has taken."""
 
@@ -287,7 +291,9 @@ class LandingHistoryIncomplete(PipelineStateError):
             f"{cfg.landing_path}, but {len(gone)} file(s) the pipeline has ingested are no longer "
             f"there ({shown}; moved, archived or deleted): the rebuilt tables would lack their "
             "changes, so nothing was rebuilt. Recovery: put those files back into the landing "
-            "folder (under their names) and run the full refresh again. To rebuild without them "
+            "folder under their names, keeping their modification times (`mv`, `cp -p`, "
+            "`rsync -t`: a new time makes the next incremental run take them for changed files), "
+            "and run the full refresh again. To rebuild without them "
             "on purpose (their changes are lost from the rebuilt tables for good), move the "
             f"checkpoint aside first (`mv {cp} {cp}.before-refresh`): the next incremental run "
             "then re-reads the landing folder from its start")
@@ -303,7 +309,16 @@ def check_history_complete(cfg: PipelineConfig) -> None:
         taken = _taken_entries(cfg)
     except (OSError, ValueError, KeyError, TypeError, PipelineStateError):
         return  # a damaged checkpoint: a full refresh does not need it (its own checks report it)
-    gone = [p for p in sorted(taken) if not os.path.exists(p)]
+    # a file compressed in place (`gzip f.json`) is still there for the refresh: Spark reads
+    # it by its codec suffix
+    glob = cfg.file_glob
+
+    def there(p: str) -> bool:
+        return os.path.exists(p) or any(
+            os.path.exists(p + ext) and (glob is None or fnmatch.fnmatchcase(
+                os.path.basename(p + ext), glob)) for ext in _CODEC_SUFFIXES)
+
+    gone = [p for p in sorted(taken) if not there(p)]
     if gone:
         raise LandingHistoryIncomplete(cfg, gone)
 

@@ -130,7 +130,7 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
                            progress, full_refresh, selected)
         if not full_refresh:
             record_tables(cfg)
-        record_versions(cfg)
+        record_versions(cfg, rebuilt=selected if full_refresh else frozenset())
         try:  # too much quarantined: the summary says failed_quarantine_threshold, then raise
             enforce_quarantine_limits(cfg.quarantine_limits, summary, cfg.quarantine_path)
         finally:

@@ -377,17 +377,30 @@ def recorded_marks(cfg: PipelineConfig) -> dict[str, tuple[int, str | None]]:
     return {p: (v, fps.get(p)) for p, v in _recorded_versions(cfg.checkpoint_path).items()}
 
 
-def record_versions(cfg: PipelineConfig) -> None:
-    """Record the Delta version of every configured table and tombstone table that exists now
-    (atomically), for :func:`check_state`'s rolled-back check. Call after every run under the
-    lock, a full refresh included (it may rebuild a moved-aside table at a lower version)."""
-    paths = [t.path for t in cfg.tables.values()] + [cfg.tombstone_path(n) for n in cfg.tables]
+def record_versions(cfg: PipelineConfig, rebuilt: frozenset[str] | set[str] = frozenset()) -> None:
+    """Record the Delta version (and its commit's fingerprint) of every configured table and
+    tombstone table that exists now (atomically), for :func:`check_state`'s checks 4 and 4b.
+    Call after every run under the lock, a full refresh included (``rebuilt``: the tables it
+    replaced, recorded as they are now).
+
+    A table's mark advances only when the table is still intact since its previous mark
+    (:func:`~cdc_lake.table_marks.changed_behind`): a row change by another writer made during
+    the run, or one a full refresh of *other* tables would otherwise have re-recorded as the new
+    normal, keeps the old mark, so the next run still stops on it (tester: a full refresh of
+    `orders` cleared a hand DELETE on `products`, exit 0)."""
+    names = [(n, t.path) for n, t in cfg.tables.items()] + \
+        [(n, cfg.tombstone_path(n)) for n in cfg.tables]
     versions = dict(_recorded_versions(cfg.checkpoint_path))
     fingerprints = dict(_recorded_versions(cfg.checkpoint_path, key="fingerprints"))
-    for path in paths:
+    for name, path in names:
         if _exists(path):
             problem, version, _ = _load(path)
             if problem is None and version is not None:
+                last = versions.get(str(path))
+                if name not in rebuilt and last is not None and (version < last or changed_behind(
+                        path, last, fingerprints.get(str(path)), app_prefix=f"cdc-{cfg.name}-",
+                        current=version)):
+                    continue  # keep the mark: the next run's check names the change
                 versions[str(path)] = version
                 fingerprints.pop(str(path), None)
                 if (fp := commit_fingerprint(path, version)) is not None:

@@ -115,6 +115,11 @@ def record_versions(cfg: EnrichConfig, versions: dict[str, int | None]) -> None:
     tables = recorded_versions(cfg.checkpoint_path)
     for name, v in versions.items():
         if name in paths and v is not None:
+            prev = tables.get(name)
+            if prev is not None and prev["path"] == str(paths[name]) and (prev["version"] > v or changed_behind(paths[name], prev["version"],
+                                       prev.get("fingerprint") if isinstance(prev.get("fingerprint"), str)
+                                       else None, app_prefix=f"enrich-{cfg.name}-", current=int(v))):
+                continue  # another writer changed it meanwhile: keep the mark (cdc.state too)
             tables[name] = {"path": str(paths[name]), "version": int(v)}
             if (fp := commit_fingerprint(paths[name], int(v))) is not None:
                 tables[name]["fingerprint"] = fp
@@ -162,11 +167,11 @@ def check_tables(cfg: EnrichConfig) -> None:
             continue
         last = entry["version"]
         if entry["path"] != str(path):
-            if _is_table(path) and not _is_table(Path(entry["path"])):
-                continue  # moved by hand with its log: the check below runs at the new path
-            problems.append(f"the {name} table is configured at {path}, but the checkpoint's "
-                            f"batches wrote it at {entry['path']} (version {last})")
-            continue
+            if not (_is_table(path) and not _is_table(Path(entry["path"]))):
+                problems.append(f"the {name} table is configured at {path}, but the checkpoint's "
+                                f"batches wrote it at {entry['path']} (version {last})")
+                continue
+            # moved by hand with its log: the checks below run at the new path
         if not _is_table(path):
             problems.append(f"the {name} table: no Delta table at {path} any more (a batch of "
                             f"this checkpoint left it at version {last}; deleted or moved?)")
