@@ -4,6 +4,7 @@ run still converges (it re-applies files the refresh already saw, which changes 
 
 from __future__ import annotations
 
+import pytest
 from deltalake import DeltaTable
 from reference_model import ReferenceModel, RefConfig, assert_no_diff, diff_table, read_delta_rows
 
@@ -75,6 +76,14 @@ def test_full_refresh_of_table_without_events_empties_it_and_keeps_other_staging
     other.mkdir(parents=True)
     (other / "keep.txt").write_text("another pipeline's refresh in progress")
     gone.unlink()  # the landing history no longer holds any customers event
+    # an ingested file gone: the refresh stops (its rows would be lost), unless the operator
+    # moves the checkpoint aside as the message says (deleting the file on purpose)
+    from cdc_lake.cdc.backlog import LandingHistoryIncomplete
+
+    with pytest.raises(LandingHistoryIncomplete):
+        run_pipeline(cfg, spark=spark, run_id="refresh0", tables=["customers"], full_refresh=True)
+    assert rows(customers) == {3: "s3", 4: "s4"}
+    cfg.checkpoint_path.rename(cfg.checkpoint_path.with_name(cfg.checkpoint_path.name + ".before-refresh"))
 
     s = run_pipeline(cfg, spark=spark, run_id="refresh1", tables=["customers"], full_refresh=True)
 
