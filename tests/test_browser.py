@@ -104,6 +104,10 @@ def test_trigger_from_ui_and_see_delta_version_in_plugin(page, live):
     from deltalake import DeltaTable
     from playwright.sync_api import expect
 
+    # assertions wait as long as page actions (their own default is 5 s: a loaded CI machine
+    # listed the DAGs later than that once)
+    expect.set_options(timeout=UI_TIMEOUT_MS)
+
     cfg = pick_pipeline(live.pipelines_dir)
     if cfg is None:
         pytest.skip(f"no valid maxwell pipeline in {live.pipelines_dir}")

@@ -1,0 +1,190 @@
+"""Stored state changed from outside between runs (testers, 2026-11-27): a table that lost a
+commit of the pipeline's or holds another writer's row change, a landed file replaced by an
+older copy, a moved landing folder, a full refresh over a landing folder that lost ingested
+files, a data file deleted from a table. Each stops with exit 3 naming what and how to recover
+(``docs/run-safety.md``). Split from ``test_job_state.py`` so the two xdist workers share them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from job_helpers import event, land, pipeline, rows
+
+from cdc_lake.cdc.job import run_pipeline
+
+JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "cdc_ingest.py"
+
+
+def _cli(yaml: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(JOB), "--pipeline", str(yaml), "--run-id", "cli"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_landed_file_replaced_by_a_copy_with_an_older_time_stops_the_run(spark, tmp_path):
+    """Tester: a corrected copy of a file already read, put in place with `cp -p` (an older
+    modification time kept): the run took the no-op path, exit 0, the table kept the old values."""
+    import os
+
+    from cdc_lake.cdc.backlog import LandedFileChanged
+
+    cfg = pipeline(tmp_path)
+    a = land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    fixed = tmp_path / "fixed.json"
+    fixed.write_text(event(1, status="fixed") + "\n" + event(2) + "\n", encoding="utf-8")
+    os.utime(fixed, (1_600_000_000, 1_600_000_000))  # 2020: cp -p keeps the copy's own time
+    os.replace(fixed, a)
+    with pytest.raises(LandedFileChanged) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    assert str(a) in str(e.value) and "2020-09-13" in str(e.value), str(e.value)
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
+
+
+def test_a_table_changed_behind_the_pipeline_stops_the_run_and_maintenance_leaves_it_alone(spark, tmp_path):
+    """Tester: the newest commit of a table removed, then a maintenance run: its OPTIMIZE/VACUUM
+    commits took the lost commit's version number, the version check saw nothing, and the next
+    runs went on without the lost changes (12 rows missing, exit 0); a RESTORE or DELETE by hand
+    likewise (keys missing, deleted keys back, exit 0). Now maintenance leaves such a table alone
+    (exit 3, the other tables maintained) and the run stops naming the table and commit; the
+    full refresh it prints restores the truth; maintenance of an intact table changes nothing
+    the next run checks."""
+    from deltalake import DeltaTable
+
+    from cdc_lake.cdc.state import TableChangedBehind
+    from cdc_lake.maintenance import MaintenanceSettings, run_maintenance
+
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i) for i in range(1, 6)), event(9, "customers"))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(12, typ="update", id=2, status="s2b"), event(6))
+    run_pipeline(cfg, spark=spark, run_id="r2")
+    truth = {1: "s1", 2: "s2b", 3: "s3", 4: "s4", 5: "s5", 6: "s6"}
+    orders = cfg.tables["orders"].path
+    assert rows(orders) == truth
+    settings = MaintenanceSettings(vacuum_retention_hours=0)
+
+    # intact: maintenance compacts and vacuums, the next run passes its checks
+    report = run_maintenance(cfg, settings=settings, pipelines=[cfg])
+    assert report["failed"] == [] and report["tables"]["orders"]["status"] == "ok", report
+    land(cfg.landing_path, "c.json", event(7))
+    assert run_pipeline(cfg, spark=spark, run_id="r3")["status"] == "succeeded"
+    truth[7] = "s7"
+    assert rows(orders) == truth
+
+    # the newest commit lost: maintenance does not touch the table
+    v = DeltaTable(str(orders)).version()
+    (orders / "_delta_log" / f"{v:020d}.json").unlink()
+    report = run_maintenance(cfg, settings=settings, pipelines=[cfg])
+    t = report["tables"]["orders"]
+    assert t["status"] == "changed_behind" and "orders" in report["failed"], report
+    assert "--full-refresh --tables orders" in t["recovery"], t
+    assert report["tables"]["customers"]["status"] == "ok"
+    assert DeltaTable(str(orders)).version() == v - 1
+    # another commit that changes no rows takes the version number (as maintenance's did)
+    DeltaTable(str(orders)).alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+    assert DeltaTable(str(orders)).version() == v
+    with pytest.raises(TableChangedBehind) as e:
+        run_pipeline(cfg, spark=spark, run_id="r4")
+    assert "'orders'" in str(e.value) and f"version {v}" in str(e.value), str(e.value)
+    assert "--full-refresh --tables orders" in str(e.value)
+    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    assert rows(orders) == truth
+
+    # a DELETE by hand
+    DeltaTable(str(orders)).delete("id < 3")
+    r = _cli(cfg.file)
+    assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and "changed rows" in r.stderr, r.stderr[-2000:]
+    # (tester) the end of a run recording the tables, as if the DELETE had come during it, and a
+    # full refresh of another table, do not take the change as the new normal
+    from cdc_lake.cdc.state import check_state, record_versions
+
+    record_versions(cfg)
+    run_pipeline(cfg, spark=spark, run_id="refresh_other", tables=["customers"], full_refresh=True)
+    with pytest.raises(TableChangedBehind):
+        check_state(cfg)
+    run_pipeline(cfg, spark=spark, run_id="refresh2", tables=["orders"], full_refresh=True)
+    land(cfg.landing_path, "d.json", event(8))
+    assert run_pipeline(cfg, spark=spark, run_id="r5")["status"] == "succeeded"
+    truth[8] = "s8"
+    assert rows(orders) == truth
+
+
+def test_a_moved_landing_folder_stops_the_run_naming_both_folders(spark, tmp_path):
+    """Tester: the landing folder renamed and source.path changed to match: every run failed
+    (exit 1) with Spark's "Wrong basePath" after a page of plan. Now exit 3 before Spark, naming
+    the folders and both recoveries; the move-aside recovery converges."""
+    from cdc_lake.cdc.backlog import LandingMoved
+    from cdc_lake.config import load_pipeline
+
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    moved = tmp_path / "landing_new"
+    cfg.landing_path.rename(moved)
+    cfg.file.write_text(cfg.file.read_text().replace("path: landing", "path: landing_new"))
+    cfg = load_pipeline(cfg.file)
+    assert cfg.landing_path == moved
+    land(moved, "b.json", event(3))
+    with pytest.raises(LandingMoved) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    msg = str(e.value)
+    assert str(tmp_path / "landing") in msg and str(moved) in msg and ".moved" in msg, msg
+    cp = cfg.checkpoint_path
+    cp.rename(cp.with_name(cp.name + ".moved"))
+    assert run_pipeline(cfg, spark=spark, run_id="r3")["status"] == "succeeded"
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}
+
+
+def test_a_full_refresh_with_ingested_landing_files_gone_stops_before_rebuilding(spark, tmp_path):
+    """Tester: ingested files archived out of the landing folder (fine for incremental runs),
+    then the full refresh recovery messages recommend: 6 of 31 rows missing, exit 0. Now the
+    refresh stops before rebuilding, naming the files; with them back it rebuilds the truth."""
+    from cdc_lake.cdc.backlog import LandingHistoryIncomplete
+
+    cfg = pipeline(tmp_path)
+    a = land(cfg.landing_path, "a.json", event(1), event(2))
+    land(cfg.landing_path, "b.json", event(3))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    a.rename(archive / a.name)
+    land(cfg.landing_path, "c.json", event(4))
+    assert run_pipeline(cfg, spark=spark, run_id="r2")["status"] == "succeeded"  # incremental: fine
+    before = rows(cfg.tables["orders"].path)
+    with pytest.raises(LandingHistoryIncomplete) as e:
+        run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    assert str(a) in str(e.value) and "put those files back" in str(e.value), str(e.value)
+    assert rows(cfg.tables["orders"].path) == before
+    # compressed in place: still there for the refresh (Spark reads .gz); no glob is set here
+    import gzip
+
+    with open(archive / a.name, "rb") as src, gzip.open(f"{a}.gz", "wb") as dst:
+        dst.write(src.read())
+    from cdc_lake.cdc.backlog import check_history_complete
+
+    check_history_complete(cfg)
+    Path(f"{a}.gz").unlink()
+    (archive / a.name).rename(a)  # mv keeps the time: the next incremental run is fine
+    run_pipeline(cfg, spark=spark, run_id="refresh2", tables=["orders"], full_refresh=True)
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3", 4: "s4"}
+    assert run_pipeline(cfg, spark=spark, run_id="r3")["status"] == "succeeded"
+
+
+def test_a_deleted_data_file_ends_the_run_with_exit_3_naming_it(spark, tmp_path):
+    """Tester: a table's data file deleted by hand: the next run with new data failed with
+    exit 1 (Airflow retried it for nothing) and delta-rs's 'not found' on line ~550 of the
+    output. Now the failure is recognised: exit 3, the file, the table and the recovery last."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    [victim] = list(cfg.tables["orders"].path.glob("*.parquet"))
+    victim.unlink()
+    land(cfg.landing_path, "b.json", event(3), event(12, typ="update", id=1, status="x"))
+    r = _cli(cfg.file)
+    assert r.returncode == 3, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("[cdc] NEEDS RECOVERY") and str(victim) in last, last
+    assert "--full-refresh --tables orders" in last, last
