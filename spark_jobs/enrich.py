@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdc_lake.checkpoint import PipelineLocked
     from cdc_lake.config import ConfigError, load_pipeline
 
+    cfg = None
     try:
         cfg = load_pipeline(args.pipeline)
         if cfg.kind != "enrich":
@@ -72,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "FactTableMissing":  # upstream not there yet: retried, no traceback
             print(f"[enrich] FACT TABLE NOT FOUND: {e}", file=sys.stderr, flush=True)
             return EXIT_FAILED
-        traceback.print_exc()
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        if getattr(cfg, "kind", None) == "enrich":
+            from cdc_lake.enrich.state import missing_data_file
+
+            state = missing_data_file(cfg, text)
+            if state is not None:  # an operator has to act: say so last, exit 3 (no retry)
+                print(f"[enrich] NEEDS RECOVERY: {state}", file=sys.stderr, flush=True)
+                return EXIT_UNAVAILABLE
         print(f"[enrich] RUN FAILED: {type(e).__name__}: {str(e)[:1000]}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     from cdc_lake.summary import print_summary

@@ -339,3 +339,35 @@ def test_aggregate_added_or_changed_on_a_running_pipeline_needs_reprocess(spark,
     code, out = cli(capsys, added, "--run-id", "r5")
     assert code == 0, out
     assert actual(tmp_path, both) == truth(tmp_path, both)
+
+
+# -- a data file deleted behind a table ----------------------------------------------------------
+def test_a_deleted_data_file_of_a_dimension_or_output_ends_the_run_with_exit_3_naming_it(
+        spark, tmp_path: Path, capsys) -> None:
+    """Tester: a data file deleted by hand ended the run with exit 1 (Airflow retried it for
+    nothing) and a Spark / delta-rs 'not found' deep in the output. Now: exit 3, the file, the
+    table and its recovery on the last line; a dimension's file put back lets the run go on
+    (checked against the truth), an output's names --reprocess."""
+    yaml = two_runs(tmp_path, capsys)
+    [dim_file] = sorted((tmp_path / "lake/products").glob("*.parquet"))
+    saved = dim_file.read_bytes()
+    dim_file.unlink()
+    facts(tmp_path, (6, 10, 7), (2, 11, 8))
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    last = out.strip().splitlines()[-1]
+    assert code == 3 and last.startswith("[enrich] NEEDS RECOVERY"), out[-3000:]
+    assert str(dim_file) in last and "dimensions.products.table" in last, last
+    dim_file.write_bytes(saved)  # put back from a copy: the run goes on, nothing lost
+    code, out = cli(capsys, yaml, "--run-id", "r4")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+
+    victims = sorted((tmp_path / "gold/lines").glob("*.parquet"))
+    for f in victims:
+        f.unlink()
+    facts(tmp_path, (1, 11, 9), (7, 10, 1))
+    code, out = cli(capsys, yaml, "--run-id", "r5")
+    last = out.strip().splitlines()[-1]
+    assert code == 3 and last.startswith("[enrich] NEEDS RECOVERY"), out[-3000:]
+    assert any(str(f) in last for f in victims) and "outputs.enriched" in last, last
+    assert "--reprocess" in last, last  # which heals it: test_own_table_lost_behind_the_checkpoint

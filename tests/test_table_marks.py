@@ -12,7 +12,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdc_lake.sources.delta_log import SAME_ROWS
-from cdc_lake.table_marks import changed_behind, commit_fingerprint
+from cdc_lake.table_marks import changed_behind, commit_fingerprint, missing_data_files
 
 APP = "cdc-shop-0a1b2c"
 
@@ -104,3 +104,23 @@ def test_commits_removed_by_log_retention_are_not_taken_for_lost_ones(tmp_path):
         if int(f.name[:20]) <= v:
             f.unlink()  # what cleanup_metadata does to expired commits below a checkpoint
     assert _why(table, v, fp) is None
+
+
+def test_missing_data_files_are_found_in_delta_rs_errors_also_under_encoded_paths(tmp_path):
+    """delta-rs percent-encodes a path with a space in its error; the file is found decoded.
+    (Spark's wording is met in tests/test_enrich_safety.py and test_state_outside_changes.py.)"""
+    for folder in ("plain", "with space ü"):
+        table = tmp_path / folder / "t"
+        write_deltalake(str(table), pa.table({"id": [1, 2]}))
+        [f] = table.glob("*.parquet")
+        f.unlink()
+        try:
+            DeltaTable(str(table)).to_pyarrow_table()
+        except Exception as e:  # noqa: BLE001 - delta-rs's own error for the missing object
+            text = f"Traceback ...\n{type(e).__name__}: {e}"
+        else:
+            raise AssertionError("delta-rs read a table whose data file is gone")
+        assert missing_data_files(text) == [f], text
+    assert missing_data_files("[PATH_NOT_FOUND] Path does not exist: file:/l/t/p-0.parquet. "
+                              "SQLSTATE: 42K03") == [Path("/l/t/p-0.parquet")]
+    assert missing_data_files("no file named here") == []

@@ -19,10 +19,15 @@ it left the table at and the fingerprint of that version's commit file
 Commit files removed by the table's log retention (older than ``delta.logRetentionDuration``)
 cannot be compared; the check skips what it cannot read rather than stopping on it.
 
+A data file a table's log still references, deleted behind it, is found only when a run reads
+or merges it: :func:`missing_data_files` picks the files out of the failure's text (both engines'
+wording), and each job kind names the table and its recovery (exit 3, not a retried exit 1).
+
 Example::
 
     mark = (version, commit_fingerprint(table, version))     # recorded after a run
     why = changed_behind(table, *mark, app_prefix="cdc-shop-")  # before the next: None if intact
+    missing_data_files(traceback_text)                       # [Path('/lake/orders/part-0.parquet')]
 """
 
 from __future__ import annotations
@@ -31,10 +36,32 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 from cdc_lake.sources.delta_log import SAME_ROWS, fingerprint
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+
+
+# delta-rs: ``Object at location <f> not found``; Spark: ``File <f> does not exist``,
+# ``[PATH_NOT_FOUND] Path does not exist: file:<f>``, ``[FAILED_READ_FILE.FILE_NOT_EXIST] Error
+# while reading file file:<f>. File does not exist``. Paths may come percent-encoded (delta-rs
+# URIs); a pipeline's paths never hold ``%XX`` (config refuses them), so decoding is safe.
+# Paths may hold spaces (a match ends at the line's end).
+_MISSING_FILE = (re.compile(r"Object at location (/.+?) not found"),
+                 re.compile(r"File (?:file:)?(/.+?\.parquet) does not exist"),
+                 re.compile(r"Path does not exist: (?:file:)?(/.+?\.parquet)"),
+                 re.compile(r"Error while reading file (?:file:)?(/.+?\.parquet)\. File does "
+                            r"not exist"))
+
+
+def missing_data_files(error_text: str) -> list[Path]:
+    """The data files a failed run's error text says are missing (first seen first, once each)."""
+    found: dict[Path, None] = {}
+    for pattern in _MISSING_FILE:
+        for m in pattern.finditer(error_text):
+            found.setdefault(Path(unquote(m.group(1))), None)
+    return list(found)
 
 
 def _commit_file(table: Path, version: int) -> Path:

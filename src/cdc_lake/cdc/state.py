@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -58,7 +57,7 @@ from cdc_lake.checkpoint import (INSTANCE_FILE, instance_id, read_instance_id, r
 from cdc_lake.checkpoint_log import (PipelineStateError, last_offset_batch, remove_unfinished_writes,
                                      validate_checkpoint)
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.table_marks import changed_behind, commit_fingerprint
+from cdc_lake.table_marks import changed_behind, commit_fingerprint, missing_data_files
 
 
 class TableStateError(PipelineStateError):
@@ -233,10 +232,6 @@ class TableFileMissing(TableStateError):
     consequence = "its log still references it, so no run can read or MERGE into the table"
 
 
-_MISSING_FILE = (re.compile(r"Object at location (/\S+?) not found"),
-                 re.compile(r"File (?:file:)?(/\S+?\.parquet) does not exist"))
-
-
 def missing_data_file(cfg: PipelineConfig, error_text: str) -> TableFileMissing | None:
     """The state error for a run that failed because a data file of one of the pipeline's
     tables is gone (deleted by hand, or a VACUUM by another tool), else None. Found in the
@@ -245,19 +240,17 @@ def missing_data_file(cfg: PipelineConfig, error_text: str) -> TableFileMissing 
     ~550 of a plan dump."""
     if getattr(cfg, "kind", "cdc") != "cdc":
         return None
-    for pattern in _MISSING_FILE:
-        for m in pattern.finditer(error_text):
-            f = Path(m.group(1))
-            for name in cfg.tables:
-                for label, path in ((f"table {name!r}", cfg.tables[name].path),
-                                    (f"tombstone table of {name!r}", cfg.tombstone_path(name))):
-                    if path in f.parents:
-                        return TableFileMissing([name], (
-                            f"pipeline {cfg.name!r}: the data file {f} of the {label} at {path} "
-                            "is gone (deleted by hand, or removed by a VACUUM outside this "
-                            "pipeline's maintenance)"), (
-                            f"put the file back from a copy if you have one; else move the table "
-                            f"aside (`mv {path} {path}.damaged`) and {refresh_command(cfg, [name])}"))
+    for f in missing_data_files(error_text):
+        for name in cfg.tables:
+            for label, path in ((f"table {name!r}", cfg.tables[name].path),
+                                (f"tombstone table of {name!r}", cfg.tombstone_path(name))):
+                if path in f.parents:
+                    return TableFileMissing([name], (
+                        f"pipeline {cfg.name!r}: the data file {f} of the {label} at {path} "
+                        "is gone (deleted by hand, or removed by a VACUUM outside this "
+                        "pipeline's maintenance)"), (
+                        f"put the file back from a copy if you have one; else move the table "
+                        f"aside (`mv {path} {path}.damaged`) and {refresh_command(cfg, [name])}"))
     return None
 
 

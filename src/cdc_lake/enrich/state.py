@@ -53,7 +53,7 @@ from typing import Any
 from cdc_lake.checkpoint_log import PipelineStateError, last_committed_batch
 from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
-from cdc_lake.table_marks import changed_behind, commit_fingerprint
+from cdc_lake.table_marks import changed_behind, commit_fingerprint, missing_data_files
 
 VERSIONS_FILE = "enrich_table_versions.json"
 DEFINITIONS_FILE = "enrich_definitions.json"
@@ -432,3 +432,39 @@ def owner_error(cfg: EnrichConfig, problems: list[tuple[str, str]], what: str) -
         "folder are also checked against each other when Airflow loads the DAGs). A table two "
         "pipelines have both written holds mixed rows: after giving each its own path, move it "
         "aside and run each pipeline with --reprocess"))
+
+
+# -- a data file deleted behind a table ---------------------------------------------------------
+def missing_data_file(cfg: EnrichConfig, error_text: str) -> PipelineStateError | None:
+    """The state error for a run that failed because a data file of a table it reads or writes
+    is gone (deleted by hand, a VACUUM by another tool), else None: exit 3 naming the file, the
+    table and its recovery, instead of exit 1 (retried for nothing) and a Spark/delta-rs error."""
+    own = [(key, path, "output table") for key, path in owned_outputs(cfg)]
+    own.append(("outputs.quarantine", cfg.outputs.quarantine, "quarantine table"))
+    upstream = [("fact.change_feed", cfg.fact.change_feed, "fact table")] if cfg.fact.change_feed \
+        else []
+    upstream += [(f"dimensions.{d.name}.table", d.table, "dimension table") for d in cfg.dimensions]
+    for f in missing_data_files(error_text):
+        for key, path, what in own + upstream:
+            if path is None or Path(path) not in f.parents:
+                continue
+            detail = (f"pipeline {cfg.name!r}: the data file {f} of the {what} {key} at {path} is "
+                      "gone (deleted by hand, or removed by a VACUUM outside this pipeline's "
+                      "maintenance); its Delta log still references it, so no run can read it")
+            if key == "outputs.quarantine":
+                fix = (f"put the file back from a copy if you have one; else move the table aside "
+                       f"(`mv {path} {path}.damaged`, its rows stay readable there except that "
+                       "file's) and run again: the job starts a new quarantine table")
+            elif (key, path, what) in own:
+                fix = (f"put the file back from a copy if you have one; else "
+                       f"{recovery_command(cfg)} (rebuilds every output from the upstream tables)")
+            else:
+                writers = sorted(describe_writer(a) for a in table_app_ids(Path(path)))
+                by = f" (written by {', '.join(writers)})" if writers else ""
+                fix = (f"put the file back from a copy if you have one; else rebuild that table with "
+                       f"its writer{by}, e.g. a cdc-lake CDC table: move it aside and run its "
+                       "pipeline with --full-refresh --tables <name>; then run this pipeline "
+                       f"again (it says when the rebuilt table needs {recovery_command(cfg)})")
+            kind = EnrichNeedsReprocess if "--reprocess (rebuilds" in fix else PipelineStateError
+            return kind(f"{detail}. Recovery: {fix}")
+    return None
