@@ -230,12 +230,30 @@ LOSSES = {
 }
 
 
-# default tier: one lost commit and one deleted table (the same check); the slow tier adds volume
-SLOW_LOSSES = {"enriched_deleted", "aggregate_newest_commit_removed", "aggregate_commit_replaced"}
+def test_own_tables_damaged_three_ways_at_once_stop_with_exit_3_naming_each(spark, tmp_path: Path,
+                                                                          capsys) -> None:
+    """Default tier: one run meets the three kinds of loss at once (a removed newest commit, a
+    deleted table, a foreign row change); the run names each table with its own problem, and
+    --reprocess converges to the truth. The slow tier runs every loss alone on every table."""
+    yaml = two_runs(tmp_path, capsys)
+    _drop_newest_commit(tmp_path / "gold/lines")
+    shutil.rmtree(tmp_path / "gold/_pending/safe")
+    _delete_by_hand(tmp_path / "gold/units")
+    facts(tmp_path, (6, 10, 7), (2, 11, 8))
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    assert code == 3, out
+    last = out.strip().splitlines()[-1]
+    assert f"the enriched table at {tmp_path / 'gold/lines'} is at Delta version" in last, last
+    assert f"the pending table: no Delta table at {tmp_path / 'gold/_pending/safe'}" in last, last
+    assert f"the aggregate:units table at {tmp_path / 'gold/units'}: its commit of version" in last
+    assert "--reprocess" in last, last
+    code, out = cli(capsys, yaml, "--run-id", "r4", "--reprocess")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_LOSSES else c
-                                  for c in sorted(LOSSES)])
+@pytest.mark.slow  # each loss alone; the default tier meets all three kinds in one run (above)
+@pytest.mark.parametrize("case", sorted(LOSSES))
 def test_own_table_lost_behind_the_checkpoint_stops_with_exit_3(spark, tmp_path: Path, capsys,
                                                                case: str) -> None:
     rel, damage = LOSSES[case]
