@@ -396,3 +396,35 @@ def test_vacuum_removes_change_data_files_older_than_the_retention_and_keeps_wha
     assert fresh
     report = maintain_table(table, settings, readers=[("caught_up", 8)])
     assert report["vacuum"]["change_files_removed"] == 0 and all(f.exists() for f in fresh)
+
+
+def test_vacuum_counts_only_files_it_deletes_and_leaves_an_unchanged_table_alone(tmp_path):
+    """delta-rs's VACUUM lists every file a tombstone past the retention names, also files an
+    earlier VACUUM (or a person) already deleted: an unchanged table reported files vacuumed on
+    every maintenance run, and each run added a VACUUM START/END commit pair. The count is what
+    left the disk; a table with nothing to delete gets no commit. A folder with a space checks
+    the paths delta-rs gives (relative and encoded, or absolute)."""
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    table = tmp_path / "with space" / "t"
+    for i in range(3):
+        write_deltalake(str(table), pa.table({"id": [i]}), mode="overwrite")
+    old = sorted(table.glob("*.parquet"))
+    assert len(old) == 3
+    settings = MaintenanceSettings(vacuum_retention_hours=0, compact=False, checkpoint=False)
+    live = {Path(u).name for u in DeltaTable(str(table)).file_uris()}
+    stale = [f for f in old if f.name not in live]
+    assert len(stale) == 2
+    stale[0].unlink()  # gone already: not counted
+    dry = maintain_table(table, MaintenanceSettings(vacuum_retention_hours=0, compact=False,
+                                                    checkpoint=False), dry_run=True)
+    assert dry["vacuum"]["would_remove"] == 1, dry
+    report = maintain_table(table, settings)
+    assert report["vacuum"]["files_removed"] == 1, report
+    assert len(list(table.glob("*.parquet"))) == 1
+    version = DeltaTable(str(table)).version()
+    again = maintain_table(table, settings)
+    assert again["vacuum"]["files_removed"] == 0, again
+    assert DeltaTable(str(table)).version() == version  # nothing to delete: no VACUUM commits
+    assert [r["id"] for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()] == [2]

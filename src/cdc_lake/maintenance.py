@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
                                 log_hold, log_retention_seconds, remove_files,
@@ -187,8 +188,7 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
         report["log_cleanup"] = cleanup
     if settings.vacuum:
         hours, held_by = vacuum_retention_hours(dt, settings.vacuum_retention_hours, readers)
-        removed = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False,
-                            post_commithook_properties=hooks)
+        removed = _vacuum(dt, path, hours, dry_run, hooks)
         change = expired_change_files(path, hours, hold[0] if hold is not None else None)
         if not dry_run:
             remove_files(path, change)
@@ -202,6 +202,21 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
     report["version_after"] = dt.version()
     report["seconds"] = round(time.monotonic() - t0, 3)
     return report
+
+
+def _vacuum(dt: Any, path: Path, hours: int, dry_run: bool, hooks: Any) -> list[Path]:
+    """The files VACUUM deletes (or would), counted on disk: delta-rs lists every file a
+    tombstone past the retention names, also the ones an earlier VACUUM already deleted (an
+    unchanged table reported files vacuumed on every maintenance run, each adding a VACUUM
+    START/END commit pair). The real VACUUM runs only when there is a file to delete."""
+    listed = dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
+    present = [f for f in (Path(x) if x.startswith("/") else path / unquote(x) for x in listed)
+               if f.exists()]
+    if present and not dry_run:
+        dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
+                  post_commithook_properties=hooks)
+        return [f for f in present if not f.exists()]
+    return present
 
 
 def _recorded_marks(cfg: Any) -> dict[str, tuple[int, str | None]]:
