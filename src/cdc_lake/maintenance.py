@@ -62,7 +62,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
                                 log_hold, log_retention_seconds, remove_files,
@@ -210,8 +209,13 @@ def _vacuum(dt: Any, path: Path, hours: int, dry_run: bool, hooks: Any) -> list[
     unchanged table reported files vacuumed on every maintenance run, each adding a VACUUM
     START/END commit pair). The real VACUUM runs only when there is a file to delete."""
     listed = dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
-    present = [f for f in (Path(x) if x.startswith("/") else path / unquote(x) for x in listed)
-               if f.exists()]
+    if any("%" in x for x in listed):  # an escaped name (a partition value): not resolved here,
+        if dry_run:                    # so delta-rs's own list and VACUUM, as before
+            return [Path(x) for x in listed]
+        return [Path(x) for x in dt.vacuum(retention_hours=hours, dry_run=False,
+                                           enforce_retention_duration=False,
+                                           post_commithook_properties=hooks)]
+    present = [f for f in (Path(x) if x.startswith("/") else path / x for x in listed) if f.exists()]
     if present and not dry_run:
         dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False,
                   post_commithook_properties=hooks)
