@@ -380,6 +380,28 @@ def test_a_deleted_data_file_of_a_dimension_or_output_ends_the_run_with_exit_3_n
     assert code == 0, out
     assert actual(tmp_path) == truth(tmp_path)
 
+    # a fact file of the current version deleted: not "removed by VACUUM, --reprocess" (the
+    # rebuild needs that file too); and --reprocess refuses before deleting any output (tester)
+    before = set((tmp_path / "lake/facts").glob("*.parquet"))
+    write_deltalake(str(tmp_path / "lake/facts"),  # an append: its change data is the add file
+                    pa.Table.from_pylist([{"line_id": 8, "product_id": 10, "qty": 2}], schema=FACTS),
+                    mode="append")
+    [fact_file] = set((tmp_path / "lake/facts").glob("*.parquet")) - before
+    saved = fact_file.read_bytes()
+    fact_file.unlink()
+    code, out = cli(capsys, yaml, "--run-id", "r4b")
+    last = out.strip().splitlines()[-1]
+    assert code == 3 and str(fact_file) in last and "current version still holds it" in last, last
+    assert "VACUUM / retention" not in last and "rebuild that table with its writer" in last, last
+    code, out = cli(capsys, yaml, "--run-id", "r4c", "--reprocess")
+    last = out.strip().splitlines()[-1]
+    assert code == 3 and str(fact_file) in last and "fact.change_feed" in last, last
+    assert "Nothing was reset" in last and (tmp_path / "gold/lines/_delta_log").is_dir(), last
+    fact_file.write_bytes(saved)
+    code, out = cli(capsys, yaml, "--run-id", "r4d")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+
     victims = sorted((tmp_path / "gold/lines").glob("*.parquet"))
     for f in victims:
         f.unlink()

@@ -33,8 +33,9 @@ from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
 from cdc_lake.enrich.preflight import preflight
-from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
-                                   check_tables, record_definitions, recovery_command)
+from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_inputs_present,
+                                   check_reset, check_tables, record_definitions,
+                                   recovery_command)
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
@@ -88,6 +89,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                     "(its first run creates it), or correct the path. Nothing was read or written"
                     + (", nothing reset" if reprocess else ""))
             if reprocess:
+                check_inputs_present(cfg)  # a deleted upstream file: exit 3 before any delete
                 _reset(cfg, engine)
             elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
                 raise EnrichNeedsReprocess(
@@ -226,6 +228,11 @@ def _raise_unavailable(cfg: EnrichConfig, e: BaseException) -> None:
     from cdc_lake.sources.errors import ChangeFeedUnavailable
 
     cfu = ChangeFeedUnavailable.find_in(e)
+    if cfu is not None and cfu.recovery.startswith("put the file back"):  # the table itself
+        raise EnrichNeedsReprocess(                                         # lost a file
+            f"pipeline {cfg.name}: the change feed of table {cfu.table} is unavailable for "
+            f"versions {cfu.from_version}..{cfu.to_version}: {cfu.reason}. Nothing was written "
+            f"for those versions. Recovery: {cfu.recovery}") from None
     if cfu is not None:
         raise EnrichNeedsReprocess(
             f"pipeline {cfg.name}: the change feed of table {cfu.table} is unavailable for "

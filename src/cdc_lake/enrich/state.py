@@ -48,6 +48,7 @@ import os
 import re
 import uuid
 from pathlib import Path
+from urllib.parse import unquote
 from typing import Any
 
 from cdc_lake.checkpoint_log import PipelineStateError, last_committed_batch
@@ -435,36 +436,72 @@ def owner_error(cfg: EnrichConfig, problems: list[tuple[str, str]], what: str) -
 
 
 # -- a data file deleted behind a table ---------------------------------------------------------
-def missing_data_file(cfg: EnrichConfig, error_text: str) -> PipelineStateError | None:
-    """The state error for a run that failed because a data file of a table it reads or writes
-    is gone (deleted by hand, a VACUUM by another tool), else None: exit 3 naming the file, the
-    table and its recovery, instead of exit 1 (retried for nothing) and a Spark/delta-rs error."""
+def _tables_read_and_written(cfg: EnrichConfig) -> tuple[list[tuple[str, Path, str]],
+                                                         list[tuple[str, Path, str]]]:
     own = [(key, path, "output table") for key, path in owned_outputs(cfg)]
     own.append(("outputs.quarantine", cfg.outputs.quarantine, "quarantine table"))
     upstream = [("fact.change_feed", cfg.fact.change_feed, "fact table")] if cfg.fact.change_feed \
         else []
     upstream += [(f"dimensions.{d.name}.table", d.table, "dimension table") for d in cfg.dimensions]
-    for f in missing_data_files(error_text):
-        for key, path, what in own + upstream:
-            if path is None or Path(path) not in f.parents:
-                continue
-            detail = (f"pipeline {cfg.name!r}: the data file {f} of the {what} {key} at {path} is "
-                      "gone (deleted by hand, or removed by a VACUUM outside this pipeline's "
-                      "maintenance); its Delta log still references it, so no run can read it")
-            if key == "outputs.quarantine":
-                fix = (f"put the file back from a copy if you have one; else move the table aside "
-                       f"(`mv {path} {path}.damaged`, its rows stay readable there except that "
-                       "file's) and run again: the job starts a new quarantine table")
-            elif (key, path, what) in own:
-                fix = (f"put the file back from a copy if you have one; else "
-                       f"{recovery_command(cfg)} (rebuilds every output from the upstream tables)")
-            else:
-                writers = sorted(describe_writer(a) for a in table_app_ids(Path(path)))
-                by = f" (written by {', '.join(writers)})" if writers else ""
-                fix = (f"put the file back from a copy if you have one; else rebuild that table with "
-                       f"its writer{by}, e.g. a cdc-lake CDC table: move it aside and run its "
-                       "pipeline with --full-refresh --tables <name>; then run this pipeline "
-                       f"again (it says when the rebuilt table needs {recovery_command(cfg)})")
-            kind = EnrichNeedsReprocess if "--reprocess (rebuilds" in fix else PipelineStateError
-            return kind(f"{detail}. Recovery: {fix}")
+    return own, upstream
+
+
+def _missing_file_error(cfg: EnrichConfig, f: Path) -> PipelineStateError | None:
+    own, upstream = _tables_read_and_written(cfg)
+    for key, path, what in own + upstream:
+        if path is None or Path(path) not in f.parents:
+            continue
+        detail = (f"pipeline {cfg.name!r}: the data file {f} of the {what} {key} at {path} is "
+                  "gone (deleted by hand, or removed by a VACUUM outside this pipeline's "
+                  "maintenance); its Delta log still references it, so no run can read it")
+        if key == "outputs.quarantine":
+            return PipelineStateError(
+                f"{detail}. Recovery: put the file back from a copy if you have one; else move "
+                f"the table aside (`mv {path} {path}.damaged`, its rows stay readable there except "
+                "that file's) and run again: the job starts a new quarantine table")
+        if (key, path, what) in own:
+            return EnrichNeedsReprocess(
+                f"{detail}. Recovery: put the file back from a copy if you have one; else "
+                f"{recovery_command(cfg)} (rebuilds every output from the upstream tables)")
+        writers = sorted(describe_writer(a) for a in table_app_ids(Path(path)))
+        by = f" (written by {', '.join(writers)})" if writers else ""
+        return PipelineStateError(
+            f"{detail}. Recovery: put the file back from a copy if you have one; else rebuild "
+            f"that table with its writer{by}, e.g. a cdc-lake CDC table: move it aside and run "
+            "its pipeline with --full-refresh --tables <name>; then run this pipeline again (it "
+            f"says when the rebuilt table needs {recovery_command(cfg)}). Do not --reprocess "
+            "before: it needs every file of the upstream tables")
     return None
+
+
+def missing_data_file(cfg: EnrichConfig, error_text: str) -> PipelineStateError | None:
+    """The state error for a run that failed because a data file of a table it reads or writes
+    is gone (deleted by hand, a VACUUM by another tool), else None: exit 3 naming the file, the
+    table and its recovery, instead of exit 1 (retried for nothing) and a Spark/delta-rs error."""
+    for f in missing_data_files(error_text):
+        if (err := _missing_file_error(cfg, f)) is not None:
+            return err
+    return None
+
+
+def check_inputs_present(cfg: EnrichConfig) -> None:
+    """Before ``--reprocess`` deletes anything: every data file of the fact and dimension
+    tables' current versions must be on disk. The rebuild reads them all; a deleted one failed
+    it after the outputs were gone (tester: the outputs stayed deleted until the upstream table
+    was repaired). Raises the missing-file state error (exit 3), nothing deleted."""
+    from deltalake import DeltaTable
+
+    _, upstream = _tables_read_and_written(cfg)
+    for _key, path, _what in upstream:
+        try:
+            uris = DeltaTable(str(path)).file_uris()
+        except Exception:  # noqa: BLE001 - absent or unreadable: the job's own checks say so
+            continue
+        for u in uris:
+            if "://" in u and not u.startswith("file://"):
+                continue  # another store: not checked here
+            f = Path(unquote(u.removeprefix("file://")))
+            if not f.exists() and not Path(u.removeprefix("file://")).exists():
+                err = _missing_file_error(cfg, f)
+                if err is not None:
+                    raise PipelineStateError(f"{err} Nothing was reset.")

@@ -233,8 +233,25 @@ class DeltaLog:
         infos = self.fs.get_file_info([p for _, p in pairs])
         for (v, p), fi in zip(pairs, infos):
             if fi.type == pafs.FileType.NotFound:
+                if self._in_current_snapshot(p):  # VACUUM removes only files no longer in it
+                    raise ChangeFeedUnavailable(
+                        self.table, first, last, f"version {v} needs {p}, which is gone although "
+                        "the table's current version still holds it (deleted by hand, or by a "
+                        "tool other than VACUUM): the table itself cannot be read", "put the "
+                        "file back from a copy if you have one; else rebuild that table with its "
+                        "writer first (a cdc-lake CDC table: move it aside and run its pipeline "
+                        f"with --full-refresh --tables <name>), then {self.recovery}")
                 raise self.unavailable(first, last, f"version {v} needs {p}, which was removed "
                                        f"(VACUUM / retention)")
+
+    def _in_current_snapshot(self, path: str) -> bool:
+        from deltalake import DeltaTable
+
+        try:
+            current = {unquote(u.removeprefix("file://")) for u in DeltaTable(self.table).file_uris()}
+        except Exception:  # noqa: BLE001 - unreadable now: the VACUUM wording stays
+            return False
+        return unquote(path.removeprefix("file://")) in current
 
     def cdf_enabled_at(self, version: int) -> bool:
         """Whether change data feed is on at ``version`` (False for version < 0).

@@ -45,8 +45,10 @@ class ChangeFeedUnavailable(RuntimeError):
         super().__init__(
             f"change feed of Delta table {table} is unavailable for versions "
             f"{_fmt(from_version)}..{_fmt(to_version)}: {reason}. It cannot be read "
-            f"incrementally across this; recovery: {recovery} (resets the pipeline's checkpoint "
-            f"and outputs and rebuilds from the table's current snapshot) [{_TAG} {payload}]")
+            f"incrementally across this; recovery: {recovery}"
+            + (" (resets the pipeline's checkpoint and outputs and rebuilds from the table's "
+               "current snapshot)" if recovery.endswith("--reprocess") else "")
+            + f" [{_TAG} {payload}]")
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (ChangeFeedUnavailable,
