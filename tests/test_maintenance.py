@@ -428,3 +428,33 @@ def test_vacuum_counts_only_files_it_deletes_and_leaves_an_unchanged_table_alone
     assert again["vacuum"]["files_removed"] == 0, again
     assert DeltaTable(str(table)).version() == version  # nothing to delete: no VACUUM commits
     assert [r["id"] for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()] == [2]
+
+
+def test_a_table_that_lost_a_data_file_is_reported_with_exit_3_and_left_alone(tmp_path):
+    """Tester: a data file of one table deleted by hand: maintenance exited 1 (Airflow retried
+    it for nothing) with delta-rs's error cut at 300 characters and no recovery. Now: exit 3,
+    the file and the table named with the ingest job's recovery; the other tables maintained."""
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(DAG_YAML.format(root=tmp_path).replace("cap_dag", "maint_gone")
+                    + "  customers: {keys: [id]}\nmaintenance: {vacuum_retention_hours: 0}\n")
+    cfg = load_pipeline(yaml)
+    for name in ("customers", "orders"):
+        for i in range(3):
+            write_deltalake(str(cfg.tables[name].path), pa.table({"id": [i]}), mode="append")
+    customers = cfg.tables["customers"].path
+    victim = sorted(customers.glob("*.parquet"))[0]
+    victim.unlink()
+    version = DeltaTable(str(customers)).version()
+
+    r = subprocess.run([sys.executable, "-m", "cdc_lake.maintenance", "--pipeline", str(yaml)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    assert str(victim) in r.stderr and "NEEDS RECOVERY" in r.stderr, r.stderr[-2000:]
+    assert "--full-refresh --tables customers" in r.stderr and "put the data file back" in r.stderr
+    summary = json.loads(r.stdout.split("CDC_MAINTENANCE_SUMMARY ", 1)[1])
+    assert summary["failed"] == ["customers"] and summary["tables"]["customers"]["status"] == "missing_file"
+    assert summary["tables"]["orders"]["status"] == "ok"
+    assert DeltaTable(str(customers)).version() == version  # not maintained

@@ -63,6 +63,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdc_lake.table_marks import missing_data_files
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
                                 log_hold, log_retention_seconds, remove_files,
                                 vacuum_retention_hours)
@@ -255,10 +256,12 @@ def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -
     """What to do about table ``name`` of ``cfg`` whose Delta log cannot be read (or, ``status``
     ``changed_behind``, that changed behind the pipeline): the recovery the pipeline's own job
     prints for the same state (``docs/run-safety.md``, check 3)."""
-    restore = ("restore the damaged file under _delta_log from a copy if you have one; else "
-               if status == "damaged" else
-               "put removed _delta_log commit files back if you have them (maintenance did not "
-               "touch this table); else ")
+    restore = {"damaged": "restore the damaged file under _delta_log from a copy if you have one; "
+                          "else ",
+               "missing_file": "put the data file back from a copy if you have one (maintenance "
+                               "did not change this table); else "}.get(
+        status, "put removed _delta_log commit files back if you have them (maintenance did not "
+                "touch this table); else ")
     aside = f"`mv {path} {path}.damaged`"
     kind = getattr(cfg, "kind", "cdc")
     if kind == "cdc":
@@ -307,7 +310,12 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
             except Exception as e:  # noqa: BLE001 - one table's failure must not stop the others
                 first = str(e).splitlines()[0][:300] if str(e) else ""
                 t = {"path": str(path), "status": "failed", "error": f"{type(e).__name__}: {first}"}
-            if t["status"] in ("damaged", "changed_behind"):
+                gone = [f for f in missing_data_files(str(e)) if Path(path) in f.parents]
+                if gone:  # a data file deleted behind the table: an operator must act (exit 3)
+                    t.update(status="missing_file", error=f"its data file {gone[0]} is gone (deleted "
+                             "by hand, or by a VACUUM outside this pipeline's maintenance); its "
+                             "Delta log still references it")
+            if t["status"] in ("damaged", "changed_behind", "missing_file"):
                 t["recovery"] = damaged_recovery(cfg, name, path, t["status"])
             tables[name] = t
     finally:
@@ -318,7 +326,8 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
         "started_at": started.isoformat(timespec="seconds"),
         "tables": tables,
         "failed": sorted(n for n, t in tables.items()
-                         if t["status"] in ("damaged", "changed_behind", "failed")),
+                         if t["status"] in ("damaged", "changed_behind", "missing_file",
+                                            "failed")),
         "files_before": sum(t["files_before"] for t in present),
         "files_after": sum(t["files_after"] for t in present),
         "bytes_before": sum(t["bytes_before"] for t in present),
@@ -346,9 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[maintenance] PIPELINE LOCKED: {e}", file=sys.stderr)
         return EXIT_LOCKED
     for name, t in report["tables"].items():
-        if t["status"] in ("damaged", "changed_behind", "failed"):
+        if t["status"] in ("damaged", "changed_behind", "missing_file", "failed"):
             what = {"damaged": "NEEDS RECOVERY: its Delta log cannot be read",
                     "changed_behind": "NEEDS RECOVERY: not maintained, changed behind the pipeline",
+                    "missing_file": "NEEDS RECOVERY: not maintained, a data file is gone",
                     }.get(t["status"], "FAILED")
             print(f"[maintenance] {name:<28} {what} ({t['path']}): {t['error']}"
                   + (f". Recovery: {t['recovery']}" if t.get("recovery") else ""), file=sys.stderr)
@@ -369,11 +379,14 @@ def main(argv: list[str] | None = None) -> int:
     print(MAINTENANCE_SUMMARY_PREFIX + json.dumps(report, default=str), flush=True)
     damaged = [n for n in report["failed"] if report["tables"][n]["status"] == "damaged"]
     changed = [n for n in report["failed"] if report["tables"][n]["status"] == "changed_behind"]
-    if damaged or changed:
+    gone = [n for n in report["failed"] if report["tables"][n]["status"] == "missing_file"]
+    if damaged or changed or gone:
         what = "; ".join(([f"the Delta log of {', '.join(map(repr, damaged))} cannot be read"]
                           if damaged else [])
                          + ([f"{', '.join(map(repr, changed))} changed behind it (not maintained)"]
-                            if changed else []))
+                            if changed else [])
+                         + ([f"{', '.join(map(repr, gone))} lost a data file (not maintained)"]
+                            if gone else []))
         print(f"[maintenance] NEEDS RECOVERY: pipeline {report['pipeline']!r}: {what} (recovery "
               "above); the other tables were maintained", file=sys.stderr)
         return EXIT_NEEDS_RECOVERY

@@ -48,7 +48,7 @@ _COMMIT = re.compile(r"^(\d{20})\.json$")
 # while reading file file:<f>. File does not exist``. Paths may come percent-encoded (delta-rs
 # URIs); a pipeline's paths never hold ``%XX`` (config refuses them), so decoding is safe.
 # Paths may hold spaces (a match ends at the line's end).
-_MISSING_FILE = (re.compile(r"Object at location (/.+?) not found"),
+_MISSING_FILE = (re.compile(r"Object at location /?(.+?) not found"),  # '/' absent: OPTIMIZE
                  re.compile(r"File (?:file:)?(/.+?\.parquet) does not exist"),
                  re.compile(r"Path does not exist: (?:file:)?(/.+?\.parquet)"),
                  re.compile(r"Error while reading file (?:file:)?(/.+?\.parquet)\. File does "
@@ -60,7 +60,7 @@ def missing_data_files(error_text: str) -> list[Path]:
     found: dict[Path, None] = {}
     for pattern in _MISSING_FILE:
         for m in pattern.finditer(error_text):
-            found.setdefault(Path(unquote(m.group(1))), None)
+            found.setdefault(Path("/" + unquote(m.group(1)).lstrip("/")), None)
     return list(found)
 
 
