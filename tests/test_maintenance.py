@@ -458,3 +458,25 @@ def test_a_table_that_lost_a_data_file_is_reported_with_exit_3_and_left_alone(tm
     assert summary["failed"] == ["customers"] and summary["tables"]["customers"]["status"] == "missing_file"
     assert summary["tables"]["orders"]["status"] == "ok"
     assert DeltaTable(str(customers)).version() == version  # not maintained
+
+
+def test_printed_move_aside_commands_work_when_pasted_for_paths_with_spaces(tmp_path):
+    """Tester: `mv /x/lake dir/orders /x/lake dir/orders.damaged` as printed failed when pasted
+    (rc 1). The recoveries quote their paths; the command runs in a real shell here."""
+    import re
+
+    yaml = tmp_path / "sp ace" / "p.yaml"
+    yaml.parent.mkdir()
+    yaml.write_text(DAG_YAML.format(root=tmp_path / "lake dir").replace("cap_dag", "spaced"))
+    cfg = load_pipeline(yaml)
+    table = cfg.tables["orders"].path
+    table.mkdir(parents=True)
+    from cdc_lake.maintenance import damaged_recovery
+
+    text = damaged_recovery(cfg, "orders", table)
+    [mv] = re.findall(r"`(mv [^`]+)`", text)
+    refresh = re.findall(r"`(spark-submit [^`]+)`", text)[0]
+    assert f"--pipeline '{yaml}'" in refresh, refresh
+    r = subprocess.run(["bash", "-c", mv], capture_output=True, text=True)
+    assert r.returncode == 0 and not table.exists(), (mv, r.stderr)
+    assert Path(f"{table}.damaged").is_dir()

@@ -117,7 +117,9 @@ INSTANCE_FILE = "cdc_instance.json"
 
 
 def _aside(f: Path) -> str:
-    return f"mv {f} {f}.damaged"
+    from cdc_lake.paths import mv_aside
+
+    return mv_aside(f)
 
 
 INSTANCE_HOLDS = ("this checkpoint's id, which names its writes in the Delta transaction ids "

@@ -63,6 +63,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdc_lake.paths import mv_aside
 from cdc_lake.table_marks import missing_data_files
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
                                 log_hold, log_retention_seconds, remove_files,
@@ -262,7 +263,7 @@ def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -
                                "did not change this table); else "}.get(
         status, "put removed _delta_log commit files back if you have them (maintenance did not "
                 "touch this table); else ")
-    aside = f"`mv {path} {path}.damaged`"
+    aside = f"`{mv_aside(path)}`"
     kind = getattr(cfg, "kind", "cdc")
     if kind == "cdc":
         if name in ("_quarantine", "_ddl_log"):

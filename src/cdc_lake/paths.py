@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,15 @@ def check_path_escapes(cfg: Any) -> None:
                 "delta-rs reads as a URL escape: a Delta table under it would be written in one "
                 "folder and looked for in another. Rename the folder (a '%' not followed by two "
                 "hex digits is fine)"))
+
+
+def mv_aside(path: Any, suffix: str = ".damaged") -> str:
+    """The shell command that moves ``path`` aside, quoted for paths with spaces
+    (``mv '/lake dir/orders' '/lake dir/orders.damaged'``)."""
+    return f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + suffix)}"
+
+
+def q(path: Any) -> str:
+    """``path`` quoted for a shell command the operator pastes."""
+    return shlex.quote(str(path))
+

@@ -31,6 +31,7 @@ import shlex
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from cdc_lake.paths import mv_aside
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError
 from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
@@ -227,8 +228,8 @@ class LandingMoved(PipelineStateError):
             "from the recorded paths on every start and fails (\"Wrong basePath\"), and files "
             "in the new folder named like taken ones would be taken for read. Recovery: put the "
             f"folder back where it was ({folder}) or set source.path back; or, to go on from "
-            f"the new folder, move the checkpoint aside: `mv {cp} {cp}.moved && spark-submit "
-            f"spark_jobs/cdc_ingest.py --pipeline {cfg.file}` (the new checkpoint re-reads the "
+            f"the new folder, move the checkpoint aside: `{mv_aside(cp, '.moved')} && spark-submit "
+            f"spark_jobs/cdc_ingest.py --pipeline {shlex.quote(str(cfg.file))}` (the new checkpoint re-reads the "
             "whole landing folder; every MERGE is ordered by binlog sequence, so re-applied "
             "changes leave the tables as they are)")
 
@@ -295,7 +296,7 @@ class LandingHistoryIncomplete(PipelineStateError):
             "`rsync -t`: a new time makes the next incremental run take them for changed files), "
             "and run the full refresh again. To rebuild without them "
             "on purpose (their changes are lost from the rebuilt tables for good), move the "
-            f"checkpoint aside first (`mv {cp} {cp}.before-refresh`): the next incremental run "
+            f"checkpoint aside first (`{mv_aside(cp, '.before-refresh')}`): the next incremental run "
             "then re-reads the landing folder from its start")
 
 

@@ -52,6 +52,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from cdc_lake.paths import mv_aside, q
 from cdc_lake.checkpoint import (INSTANCE_FILE, instance_id, read_instance_id, read_state_file,
                                  record_written_tables, written_tables)
 from cdc_lake.checkpoint_log import (PipelineStateError, last_offset_batch, remove_unfinished_writes,
@@ -123,7 +124,7 @@ def _app_id(cfg: PipelineConfig, instance: str) -> str:
 
 
 def _job_cmd(cfg: PipelineConfig, *extra: str) -> str:
-    return " ".join(["spark-submit", "spark_jobs/cdc_ingest.py", "--pipeline", str(cfg.file), *extra])
+    return " ".join(["spark-submit", "spark_jobs/cdc_ingest.py", "--pipeline", q(cfg.file), *extra])
 
 
 def refresh_command(cfg: PipelineConfig, tables: list[str]) -> str:
@@ -135,7 +136,7 @@ def refresh_command(cfg: PipelineConfig, tables: list[str]) -> str:
 
 def reset_command(cfg: PipelineConfig) -> str:
     cp = cfg.checkpoint_path
-    return (f"move the checkpoint aside and run again: `mv {cp} {cp}.damaged && {_job_cmd(cfg)}`; the new "
+    return (f"move the checkpoint aside and run again: `{mv_aside(cp)} && {_job_cmd(cfg)}`; the new "
             "checkpoint re-reads the whole landing history, and because every MERGE is ordered by "
             "binlog sequence, re-applied changes leave the tables as they are")
 
@@ -219,8 +220,8 @@ def check_state(cfg: PipelineConfig) -> None:
         raise TableChangedBehind(names, detail, (
             f"put removed _delta_log commit files back if that is what happened; else "
             f"{refresh_command(cfg, names)}. To keep a change made on purpose (knowing the table "
-            f"then differs from its source), move {versions} aside (`mv {versions} "
-            f"{versions}.accepted`): the next run records the tables as they are"))
+            f"then differs from its source), move {versions} aside (`{mv_aside(versions, '.accepted')}`)"
+            f": the next run records the tables as they are"))
     _check_side_tables(cfg, app, txns)
     if app is not None:
         _check_checkpoint_not_behind(cfg, app, txns)
@@ -250,7 +251,7 @@ def missing_data_file(cfg: PipelineConfig, error_text: str) -> TableFileMissing 
                         "is gone (deleted by hand, or removed by a VACUUM outside this "
                         "pipeline's maintenance)"), (
                         f"put the file back from a copy if you have one; else move the table "
-                        f"aside (`mv {path} {path}.damaged`) and {refresh_command(cfg, [name])}"))
+                        f"aside (`{mv_aside(path)}`) and {refresh_command(cfg, [name])}"))
     return None
 
 
@@ -287,7 +288,7 @@ def _check_checkpoint_not_behind(cfg: PipelineConfig, app: str,
 def _instance_recovery(cfg: PipelineConfig) -> str:
     f = cfg.checkpoint_path / INSTANCE_FILE
     return (f"restore it from a copy if you have one; else move it aside and run again: "
-            f"`mv {f} {f}.damaged && {_job_cmd(cfg)}`: that run mints a new id, so its batches are "
+            f"`{mv_aside(f)} && {_job_cmd(cfg)}`: that run mints a new id, so its batches are "
             "new transactions, and a batch replayed after a crash is written again, which leaves "
             "the tables as they are (every MERGE is ordered by binlog sequence; quarantine and "
             "DDL-log rows are keyed by file and line)")
@@ -297,7 +298,7 @@ def _raise_damaged(cfg: PipelineConfig, damaged: list[tuple[str, Path, str]]) ->
     names = sorted({n for n, _, _ in damaged})
     detail = f"pipeline {cfg.name!r}: " + "; ".join(
         f"the Delta log of {n!r} at {path} cannot be read ({why})" for n, path, why in damaged)
-    aside = " && ".join(f"mv {path} {path}.damaged" for _, path, _ in damaged)
+    aside = " && ".join(mv_aside(path) for _, path, _ in damaged)
     raise TableDamaged(names, detail, (
         f"restore the damaged file under _delta_log from a copy if you have one; else move the "
         f"table aside (`{aside}`) and {refresh_command(cfg, names)}"))
@@ -321,7 +322,7 @@ def _check_side_tables(cfg: PipelineConfig, app: str | None,
     detail = f"pipeline {cfg.name!r}: " + "; ".join(
         f"the Delta log of the {label} table at {path} cannot be read ({why})"
         for label, path, why in broken)
-    aside = " && ".join(f"mv {path} {path}.damaged" for _, path, _ in broken)
+    aside = " && ".join(mv_aside(path) for _, path, _ in broken)
     raise TableDamaged([label for label, _, _ in broken], detail, (
         f"restore the damaged file under _delta_log from a copy if you have one; else move the "
         f"table aside (`{aside}`): the next run creates a new one, and the rows recorded so far "
@@ -346,7 +347,7 @@ def _recorded_versions(checkpoint: Path, strict: bool = False, key: str = "versi
         data = read_state_file(
             f, "the Delta version each table was left at by this checkpoint's runs, by which a "
                "run notices a table that lost its newest commits",
-            f"move it aside (`mv {f} {f}.damaged`) and run again: that run records every table's "
+            f"move it aside (`{mv_aside(f)}`) and run again: that run records every table's "
             "version then, and the check resumes from there. Before, make sure no table lost "
             "commits: the last run summary (latest.json under the pipeline's runs folder) gives "
             "each table's delta_version; a table now below it needs --full-refresh --tables <table>",

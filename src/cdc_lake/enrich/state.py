@@ -51,6 +51,7 @@ from pathlib import Path
 from urllib.parse import unquote
 from typing import Any
 
+from cdc_lake.paths import mv_aside, q
 from cdc_lake.checkpoint_log import PipelineStateError, last_committed_batch
 from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
@@ -66,7 +67,7 @@ class EnrichNeedsReprocess(PipelineStateError):
 
 
 def recovery_command(cfg: EnrichConfig) -> str:
-    return f"spark-submit spark_jobs/enrich.py --pipeline {cfg.file} --reprocess"
+    return f"spark-submit spark_jobs/enrich.py --pipeline {q(cfg.file)} --reprocess"
 
 
 def state_tables(cfg: EnrichConfig) -> dict[str, Path]:
@@ -457,7 +458,7 @@ def _missing_file_error(cfg: EnrichConfig, f: Path) -> PipelineStateError | None
         if key == "outputs.quarantine":
             return PipelineStateError(
                 f"{detail}. Recovery: put the file back from a copy if you have one; else move "
-                f"the table aside (`mv {path} {path}.damaged`, its rows stay readable there except "
+                f"the table aside (`{mv_aside(path)}`, its rows stay readable there except "
                 "that file's) and run again: the job starts a new quarantine table")
         if (key, path, what) in own:
             return EnrichNeedsReprocess(
