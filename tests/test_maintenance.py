@@ -307,21 +307,28 @@ def test_log_cleanup_still_removes_expired_commits_older_than_what_readers_need(
     assert left[0] == first_checkpoint, left
 
 
+def _two_appended_tables(tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
+    """A pipeline (maintenance retention 0) whose customers and orders tables hold 3 appended
+    files each; returns (yaml, cfg)."""
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    yaml = tmp_path / "p.yaml"
+    yaml.write_text(DAG_YAML.format(root=tmp_path).replace("cap_dag", name)
+                    + "  customers: {keys: [id]}\nmaintenance: {vacuum_retention_hours: 0}\n")
+    cfg = load_pipeline(yaml)
+    for table in ("customers", "orders"):
+        for i in range(3):
+            write_deltalake(str(cfg.tables[table].path), pa.table({"id": [i]}), mode="append")
+    return yaml, cfg
+
+
 def test_a_table_whose_log_cannot_be_read_is_reported_and_the_others_are_maintained(tmp_path):
     """Tester: the newest _delta_log/*.json of one table cut to 100 bytes: maintenance crashed
     with a DeltaError traceback naming no table (exit 1), maintained no later table and printed
     no summary. Now: that table is reported with its path, the error and the ingest job's
     recovery; the others are maintained; the summary lists it; exit 3 (NEEDS RECOVERY)."""
-    from deltalake import write_deltalake
-    import pyarrow as pa
-
-    yaml = tmp_path / "p.yaml"
-    yaml.write_text(DAG_YAML.format(root=tmp_path).replace("cap_dag", "maint_damaged")
-                    + "  customers: {keys: [id]}\nmaintenance: {vacuum_retention_hours: 0}\n")
-    cfg = load_pipeline(yaml)
-    for name in ("customers", "orders"):
-        for i in range(3):
-            write_deltalake(str(cfg.tables[name].path), pa.table({"id": [i]}), mode="append")
+    yaml, cfg = _two_appended_tables(tmp_path, "maint_damaged")
     customers = cfg.tables["customers"].path  # sorted before orders: the run goes on after it
     newest = customers / "_delta_log" / f"{2:020d}.json"
     newest.write_bytes(newest.read_bytes()[:100])
@@ -434,16 +441,7 @@ def test_a_table_that_lost_a_data_file_is_reported_with_exit_3_and_left_alone(tm
     """Tester: a data file of one table deleted by hand: maintenance exited 1 (Airflow retried
     it for nothing) with delta-rs's error cut at 300 characters and no recovery. Now: exit 3,
     the file and the table named with the ingest job's recovery; the other tables maintained."""
-    from deltalake import write_deltalake
-    import pyarrow as pa
-
-    yaml = tmp_path / "p.yaml"
-    yaml.write_text(DAG_YAML.format(root=tmp_path).replace("cap_dag", "maint_gone")
-                    + "  customers: {keys: [id]}\nmaintenance: {vacuum_retention_hours: 0}\n")
-    cfg = load_pipeline(yaml)
-    for name in ("customers", "orders"):
-        for i in range(3):
-            write_deltalake(str(cfg.tables[name].path), pa.table({"id": [i]}), mode="append")
+    yaml, cfg = _two_appended_tables(tmp_path, "maint_gone")
     customers = cfg.tables["customers"].path
     victim = sorted(customers.glob("*.parquet"))[0]
     victim.unlink()

@@ -64,10 +64,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdc_lake.paths import mv_aside
-from cdc_lake.table_marks import missing_data_files
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
                                 log_hold, log_retention_seconds, remove_files,
                                 vacuum_retention_hours)
+from cdc_lake.table_marks import missing_data_files
 
 if TYPE_CHECKING:  # deltalake is imported where tables are touched: config/DAG parsing stays light
     from deltalake import DeltaTable

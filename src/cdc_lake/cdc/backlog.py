@@ -31,12 +31,12 @@ import shlex
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from cdc_lake.paths import mv_aside
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError
 from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
                                      read_offsets, read_source_entries, read_source_log,
                                      source_log_files)
+from cdc_lake.paths import mv_aside
 
 __all__ = ["Backlog", "LandedFileChanged", "LandingFileNames", "backlog", "check_landed_files_unchanged",
            "check_landing_names", "nothing_new"]

@@ -52,12 +52,12 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from cdc_lake.paths import mv_aside, q
 from cdc_lake.checkpoint import (INSTANCE_FILE, instance_id, read_instance_id, read_state_file,
                                  record_written_tables, written_tables)
 from cdc_lake.checkpoint_log import (PipelineStateError, last_offset_batch, remove_unfinished_writes,
                                      validate_checkpoint)
 from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.paths import mv_aside, q
 from cdc_lake.table_marks import changed_behind, commit_fingerprint, missing_data_files
 
 

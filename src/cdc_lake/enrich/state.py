@@ -48,13 +48,13 @@ import os
 import re
 import uuid
 from pathlib import Path
-from urllib.parse import unquote
 from typing import Any
+from urllib.parse import unquote
 
-from cdc_lake.paths import mv_aside, q
 from cdc_lake.checkpoint_log import PipelineStateError, last_committed_batch
 from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.paths import mv_aside, q
 from cdc_lake.table_marks import changed_behind, commit_fingerprint, missing_data_files
 
 VERSIONS_FILE = "enrich_table_versions.json"
