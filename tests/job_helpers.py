@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +47,10 @@ def rows(path: Path) -> dict[int, Any]:
     from deltalake import DeltaTable
 
     return {r["id"]: r.get("status") for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+
+
+def moved_aside(path: Any, then: str = "", suffix: str = ".damaged") -> str:
+    """Regex of the printed move-aside command ``mv <path> <path><suffix>-<UTC stamp>``
+    (``cdc_lake.paths.mv_aside``), followed by ``then``."""
+    p = re.escape(str(path))
+    return rf"mv {p} {p}{re.escape(suffix)}-\d{{8}}T\d{{6}}Z" + re.escape(then)

@@ -392,6 +392,7 @@ def test_a_deleted_data_file_of_a_dimension_or_output_ends_the_run_with_exit_3_n
     code, out = cli(capsys, yaml, "--run-id", "r4b")
     last = out.strip().splitlines()[-1]
     assert code == 3 and str(fact_file) in last and "current version still holds it" in last, last
+    assert last.startswith("[enrich] NEEDS RECOVERY"), last  # not "NEEDS REPROCESS": repair first
     assert "VACUUM / retention" not in last and "rebuild that table with its writer" in last, last
     code, out = cli(capsys, yaml, "--run-id", "r4c", "--reprocess")
     last = out.strip().splitlines()[-1]

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -477,4 +478,12 @@ def test_printed_move_aside_commands_work_when_pasted_for_paths_with_spaces(tmp_
     assert f"--pipeline '{yaml}'" in refresh, refresh
     r = subprocess.run(["bash", "-c", mv], capture_output=True, text=True)
     assert r.returncode == 0 and not table.exists(), (mv, r.stderr)
-    assert Path(f"{table}.damaged").is_dir()
+    [first] = table.parent.glob("orders.damaged-*")
+    # a second recovery of the same table (a later message) keeps both copies side by side;
+    # `mv a a.damaged` with a.damaged already there had moved the table inside the first copy
+    time.sleep(1.1)
+    table.mkdir()
+    [mv2] = re.findall(r"`(mv [^`]+)`", damaged_recovery(cfg, "orders", table))
+    r = subprocess.run(["bash", "-c", mv2], capture_output=True, text=True)
+    assert r.returncode == 0 and not table.exists(), (mv2, r.stderr)
+    assert len(list(table.parent.glob("orders.damaged-*"))) == 2 and not list(first.iterdir())

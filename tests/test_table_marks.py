@@ -124,3 +124,32 @@ def test_missing_data_files_are_found_in_delta_rs_errors_also_under_encoded_path
     assert missing_data_files("[PATH_NOT_FOUND] Path does not exist: file:/l/t/p-0.parquet. "
                               "SQLSTATE: 42K03") == [Path("/l/t/p-0.parquet")]
     assert missing_data_files("no file named here") == []
+
+
+def test_rebuild_hint_names_the_writer_of_an_upstream_table(tmp_path):
+    """A missing upstream data file's recovery names how that table is rebuilt, from the owner
+    marks in its log (tester: it said ``--tables <name>`` for every table)."""
+    import re
+    import subprocess
+
+    from cdc_lake.table_writers import rebuild_hint, table_app_ids
+
+    orders = tmp_path / "lake dir" / "orders"
+    _own_write(orders, [1, 2], 0)
+    assert table_app_ids(orders) == {APP}
+    hint = rebuild_hint(orders)
+    assert "the CDC pipeline 'shop'" in hint, hint
+    assert "--pipeline <shop's YAML> --full-refresh --tables orders`" in hint, hint
+    [mv] = re.findall(r"`(mv .+?) && spark-submit", hint)
+    r = subprocess.run(["bash", "-c", mv], capture_output=True, text=True)  # pasted as printed
+    assert r.returncode == 0 and not orders.exists(), (mv, r.stderr)
+    assert len(list(orders.parent.glob("orders.damaged-*"))) == 1, r.stderr
+
+    dims = tmp_path / "dims"
+    write_deltalake(str(dims), pa.table({"id": [1]}), commit_properties=CommitProperties(
+        app_transactions=[Transaction(app_id="dimension-categories", version=20261127)]))
+    assert "dimension pipeline 'categories'" in rebuild_hint(dims)
+    plain = tmp_path / "plain"
+    write_deltalake(str(plain), pa.table({"id": [1]}))
+    assert rebuild_hint(plain) == "rebuild that table with its writer"
+

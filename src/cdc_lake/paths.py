@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -125,9 +126,13 @@ def check_path_escapes(cfg: Any) -> None:
 
 
 def mv_aside(path: Any, suffix: str = ".damaged") -> str:
-    """The shell command that moves ``path`` aside, quoted for paths with spaces
-    (``mv '/lake dir/orders' '/lake dir/orders.damaged'``)."""
-    return f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + suffix)}"
+    """The shell command that moves ``path`` aside, quoted for paths with spaces, the new name
+    stamped with the UTC time the message was written
+    (``mv '/lake dir/orders' '/lake dir/orders.damaged-20261127T061500Z'``): a second recovery
+    of the same path gets its own name instead of moving the path into the first copy (``mv a
+    b`` with ``b`` an existing folder moves ``a`` inside it)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"mv {shlex.quote(str(path))} {shlex.quote(f'{path}{suffix}-{stamp}')}"
 
 
 def q(path: Any) -> str:

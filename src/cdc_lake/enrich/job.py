@@ -28,7 +28,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.checkpoint import instance_id
-from cdc_lake.checkpoint_log import remove_unfinished_writes, validate_checkpoint
+from cdc_lake.checkpoint_log import (PipelineStateError, remove_unfinished_writes,
+                                      validate_checkpoint)
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
@@ -67,6 +68,8 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
         PipelineLocked: another run holds this pipeline's lock (exit 75).
         EnrichNeedsReprocess: upstream rewritten or change feed gone, or an own table lost
             commits / was deleted behind the checkpoint (exit 3).
+        PipelineStateError: a damaged state file, or an upstream data file deleted by hand that
+            must be put back (or its table rebuilt) before anything else (exit 3).
         ConfigError: an aggregate is new or changed on a running pipeline; ``--reprocess``
             would delete something the job does not own (exit 2).
     """
@@ -228,8 +231,8 @@ def _raise_unavailable(cfg: EnrichConfig, e: BaseException) -> None:
     from cdc_lake.sources.errors import ChangeFeedUnavailable
 
     cfu = ChangeFeedUnavailable.find_in(e)
-    if cfu is not None and cfu.recovery.startswith("put the file back"):  # the table itself
-        raise EnrichNeedsReprocess(                                         # lost a file
+    if cfu is not None and cfu.recovery.startswith("put the file back"):  # the upstream table
+        raise PipelineStateError(  # lost a file: NEEDS RECOVERY (repair it before a --reprocess)
             f"pipeline {cfg.name}: the change feed of table {cfu.table} is unavailable for "
             f"versions {cfu.from_version}..{cfu.to_version}: {cfu.reason}. Nothing was written "
             f"for those versions. Recovery: {cfu.recovery}") from None

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.paths import mv_aside, q
 from cdc_lake.table_marks import changed_behind, commit_fingerprint, missing_data_files
+from cdc_lake.table_writers import APP_ID_RE, describe_writer, rebuild_hint, table_app_ids
 
 VERSIONS_FILE = "enrich_table_versions.json"
 DEFINITIONS_FILE = "enrich_definitions.json"
@@ -308,11 +308,6 @@ def check_reset(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> None:
 # carries — ``enrich-<pipeline>-<instance>-<table>`` (enrich.writer), ``cdc-<pipeline>-...``
 # (cdc.job), ``dimension-<pipeline>`` (dimensions). Pipeline names match NAME_RE (no '-'), so
 # the second field is the pipeline.
-_APP_ID_RE = re.compile(r"^(cdc|enrich|dimension)-([A-Za-z_][A-Za-z0-9_]*)(?:-|$)")
-_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
-_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint(\..+)?\.(parquet|json)$")
-
-
 def owned_outputs(cfg: EnrichConfig) -> list[tuple[str, Path]]:
     """The output tables only this pipeline writes (and ``--reprocess`` deletes), by YAML key;
     the quarantine is left out: an append-only log several pipelines may share (rows carry
@@ -321,70 +316,6 @@ def owned_outputs(cfg: EnrichConfig) -> list[tuple[str, Path]]:
     return [("outputs.enriched", o.enriched), ("outputs.pending", o.pending),
             ("outputs.manifest", o.manifest),
             *[(f"outputs.aggregates.{a.name}.path", a.path) for a in o.aggregates]]
-
-
-def _txn_ids_in_json(f: Path, found: set[str]) -> None:
-    try:
-        text = f.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return
-    for line in text.splitlines():
-        if '"txn"' not in line:
-            continue
-        try:
-            app = json.loads(line).get("txn", {}).get("appId")
-        except (ValueError, AttributeError):
-            continue  # a damaged line: the table's own checks report the log
-        if isinstance(app, str):
-            found.add(app)
-
-
-def table_app_ids(table: Path) -> set[str]:
-    """Every Delta transaction app id recorded in the table's log: the newest checkpoint's
-    ``txn`` actions plus those of the JSON commits after it (all commits when there is no
-    readable checkpoint). Read from the files (the Delta protocol), for tables of either engine."""
-    log = table / "_delta_log"
-    try:
-        names = os.listdir(log)
-    except OSError:
-        return set()
-    found: set[str] = set()
-    checkpoints: dict[int, list[str]] = {}
-    for n in names:
-        m = _CHECKPOINT_RE.match(n)
-        if m:
-            checkpoints.setdefault(int(m.group(1)), []).append(n)
-    after = -1
-    if checkpoints:
-        newest = max(checkpoints)
-        try:
-            import pyarrow.parquet as pq
-
-            for n in checkpoints[newest]:
-                if n.endswith(".json"):
-                    _txn_ids_in_json(log / n, found)
-                    continue
-                pf = pq.ParquetFile(log / n)
-                if "txn" not in pf.schema_arrow.names:
-                    continue
-                for row in pf.read(columns=["txn"]).column("txn").to_pylist():
-                    if row and isinstance(row.get("appId"), str):
-                        found.add(row["appId"])
-            after = newest
-        except Exception:  # noqa: BLE001 - an unreadable checkpoint: read every commit instead
-            found.clear()
-            after = -1
-    for n in names:
-        m = _COMMIT_RE.match(n)
-        if m and int(m.group(1)) > after:
-            _txn_ids_in_json(log / n, found)
-    return found
-
-
-def describe_writer(app_id: str) -> str:
-    m = _APP_ID_RE.match(app_id)
-    return (f"pipeline {m.group(2)!r} (kind: {m.group(1)})" if m
-            else f"a writer with Delta app id {app_id!r}")
 
 
 def _holds_rows(path: Path) -> bool:
@@ -405,7 +336,7 @@ def check_owners(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> list[tup
         if not (path / "_delta_log").is_dir():
             continue
         ids = table_app_ids(path)
-        foreign = sorted(a for a in ids if (m := _APP_ID_RE.match(a)) is None
+        foreign = sorted(a for a in ids if (m := APP_ID_RE.match(a)) is None
                          or (m.group(1), m.group(2)) != ("enrich", cfg.name))
         if foreign:
             owners = sorted({describe_writer(a) for a in foreign})
@@ -464,14 +395,11 @@ def _missing_file_error(cfg: EnrichConfig, f: Path) -> PipelineStateError | None
             return EnrichNeedsReprocess(
                 f"{detail}. Recovery: put the file back from a copy if you have one; else "
                 f"{recovery_command(cfg)} (rebuilds every output from the upstream tables)")
-        writers = sorted(describe_writer(a) for a in table_app_ids(Path(path)))
-        by = f" (written by {', '.join(writers)})" if writers else ""
         return PipelineStateError(
-            f"{detail}. Recovery: put the file back from a copy if you have one; else rebuild "
-            f"that table with its writer{by}, e.g. a cdc-lake CDC table: move it aside and run "
-            "its pipeline with --full-refresh --tables <name>; then run this pipeline again (it "
-            f"says when the rebuilt table needs {recovery_command(cfg)}). Do not --reprocess "
-            "before: it needs every file of the upstream tables")
+            f"{detail}. Recovery: put the file back from a copy if you have one; else "
+            f"{rebuild_hint(Path(path))}; then run this pipeline again (it says when the rebuilt "
+            f"table needs {recovery_command(cfg)}). Do not --reprocess before: it needs every "
+            "file of the upstream tables")
     return None
 
 

@@ -22,11 +22,13 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 
 from cdc_lake.sources.errors import DEFAULT_RECOVERY, ChangeFeedUnavailable
+from cdc_lake.table_writers import rebuild_hint
 
 CDF_KEY = "delta.enableChangeDataFeed"
 # Operations that replace the table's content wholesale. Without `cdc` actions such a commit
@@ -238,9 +240,8 @@ class DeltaLog:
                         self.table, first, last, f"version {v} needs {p}, which is gone although "
                         "the table's current version still holds it (deleted by hand, or by a "
                         "tool other than VACUUM): the table itself cannot be read", "put the "
-                        "file back from a copy if you have one; else rebuild that table with its "
-                        "writer first (a cdc-lake CDC table: move it aside and run its pipeline "
-                        f"with --full-refresh --tables <name>), then {self.recovery}")
+                        "file back from a copy if you have one; else first "
+                        f"{rebuild_hint(Path(self.root))}; then {self.recovery}")
                 raise self.unavailable(first, last, f"version {v} needs {p}, which was removed "
                                        f"(VACUUM / retention)")
 
