@@ -16,6 +16,8 @@ never its command line. Exit codes map like the ingest task's:
   binlog; the ingest task is skipped with it (its trigger rule needs a successful capture).
 * ``2`` (bad arguments, unsuitable server settings such as ``binlog_format`` not ``ROW``): fails
   without retry.
+* ``3`` (a value the capture cannot land, e.g. not valid in its column's character set; the
+  message names table and binlog position): fails without retry.
 * anything else: fails; Airflow retries. A failed capture never runs the ingest.
 
 Example::
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
 CAPTURE_MODULE = "cdc_lake.capture.mariadb_maxwell"
 PASSWORD_ENV = "CDC_CAPTURE_PASSWORD"
 SUMMARY_PREFIX = "CAPTURE_SUMMARY "
-EXIT_CONFIG, EXIT_LOCKED = 2, 75
+EXIT_CONFIG, EXIT_LOCKED, EXIT_NEEDS_OPERATOR = 2, 75, 3
 
 
 def capture_command(cfg: PipelineConfig, *, host: str, port: int | None, user: str,
@@ -103,6 +105,10 @@ class CdcCaptureOperator(BaseOperator):
             raise AirflowSkipException(
                 f"Another capture of {self.pipeline.name!r} holds the capture state lock (exit 75); "
                 "it is landing the same binlog. Skipped.\n" + "\n".join(tail[-3:]))
+        if code == EXIT_NEEDS_OPERATOR:
+            raise AirflowFailException(
+                f"Capture of {self.pipeline.name!r} stopped at a value it cannot land (exit 3); "
+                "every retry would stop there again, not retrying:\n" + "\n".join(tail[-5:]))
         if code == EXIT_CONFIG:
             raise AirflowFailException(
                 f"Capture of {self.pipeline.name!r} rejected its arguments or the server settings "

@@ -75,7 +75,12 @@ class LandingWriter:
 
 
 class TxnBuffer:
-    """Rows of the open transaction; ``xid`` and ``commit`` are only known at its end."""
+    """Rows of the open transaction; ``xid`` and ``commit`` are only known at its end.
+
+    Kinds: ``r`` a row of a transactional table, ``n`` a row of a non-transactional one (MyISAM,
+    Aria: a ROLLBACK does not undo it), ``d`` a DDL record. ``savepoint(name)`` /
+    ``rollback_to(name)`` follow ``SAVEPOINT`` and ``ROLLBACK TO`` in the binlog: the ``r`` rows
+    after the savepoint are dropped, ``n`` rows stay (as in the database)."""
 
     def __init__(self, spill_dir: Path, spill_rows: int) -> None:
         self.spill_dir = spill_dir
@@ -84,11 +89,12 @@ class TxnBuffer:
         self.count = 0
         self.rows = 0
         self._spill: Any = None
+        self._savepoints: dict[str, int] = {}
 
     def add(self, kind: str, head: str, tail: str) -> None:
         self.items.append((kind, head, tail))
         self.count += 1
-        if kind == "r":
+        if kind in ("r", "n"):
             self.rows += 1
         if len(self.items) >= self.spill_rows:
             if self._spill is None:
@@ -106,11 +112,34 @@ class TxnBuffer:
                 yield k, h, t
         yield from self.items
 
+    def savepoint(self, name: str) -> None:
+        self._savepoints[name] = self.count
+
+    def rollback_to(self, name: str) -> None:
+        """Drop the transactional rows added since ``savepoint(name)``; later savepoints end.
+        An unknown name (its SAVEPOINT came before the capture's start) changes nothing."""
+        mark = self._savepoints.get(name)
+        if mark is not None:
+            self._drop_transactional_after(mark)
+
+    def rollback(self) -> None:
+        """A logged ROLLBACK (the transaction changed a non-transactional table): only the
+        ``n`` rows and DDL records stay."""
+        self._drop_transactional_after(0)
+
+    def _drop_transactional_after(self, mark: int) -> None:
+        kept = [it for i, it in enumerate(self._iter()) if i < mark or it[0] != "r"]
+        marks = {n: m for n, m in self._savepoints.items() if m <= mark}  # rows before stay put
+        self.clear()
+        for it in kept:
+            self.add(*it)
+        self._savepoints = marks
+
     def render(self, ts: int, xid: int | None) -> Iterator[str]:
         last_row = self.rows
         n_row = 0
         for i, (kind, head, tail) in enumerate(self._iter()):
-            if kind == "r":
+            if kind in ("r", "n"):
                 n_row += 1
                 x = f',"xid":{xid}' if xid is not None else ""
                 c = ',"commit":true' if n_row == last_row else ""
@@ -121,6 +150,7 @@ class TxnBuffer:
     def clear(self) -> None:
         self.items.clear()
         self.count = self.rows = 0
+        self._savepoints = {}
         if self._spill is not None:
             self._spill.close()
             self._spill = None

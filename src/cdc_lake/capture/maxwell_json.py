@@ -16,6 +16,9 @@ import struct
 from typing import Any, Callable
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
 class _Raw(str):
     """Pre-encoded JSON number text (exact DECIMAL)."""
 
@@ -53,11 +56,16 @@ def _fmt_datetime(v: dt.datetime, fsp: int) -> str:
     return s
 
 
-def _fmt_time(v: dt.timedelta, fsp: int) -> str:
+def _fmt_time(v: dt.timedelta, fsp: int, negative_fraction_fix: bool = False) -> str:
     us = v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds
     sign = "-" if us < 0 else ""
     us = abs(us)
     secs, frac = divmod(us, 1_000_000)
+    if negative_fraction_fix and sign and frac:
+        # mysql-replication 1.0.17 reads a negative TIME2's fraction as its complement
+        # (-12:30:00.25 arrives as -12:30:00.75, the whole seconds right): checked against
+        # SELECT for TIME(1)..TIME(6) in tests/test_capture_values.py
+        frac = 1_000_000 - frac
     h, rem = divmod(secs, 3600)
     m, s = divmod(rem, 60)
     out = f"{sign}{h:02d}:{m:02d}:{s:02d}"
@@ -96,13 +104,19 @@ def converter(col: Any) -> Callable[[Any], Any]:
         return lambda v: _Raw(format(v, "f"))
     if t == T.FLOAT:
         return _float32_text
-    if t in (T.DATETIME, T.DATETIME2, T.TIMESTAMP, T.TIMESTAMP2):
-        # TIMESTAMP arrives as naive UTC, DATETIME naive as stored (field notes)
+    if t in (T.TIMESTAMP, T.TIMESTAMP2):
+        # naive UTC (field notes). TIMESTAMP starts at 1970-01-01 00:00:01 UTC: the epoch itself
+        # is the zero value '0000-00-00 00:00:00' (allowed without NO_ZERO_DATE), null like the
+        # zero DATE/DATETIME the binlog reader already gives as null
+        return lambda v: None if v == _EPOCH else _fmt_datetime(v, fsp)
+    if t in (T.DATETIME, T.DATETIME2):  # naive, as stored
         return lambda v: _fmt_datetime(v, fsp)
     if t in (T.DATE, T.NEWDATE):
         return lambda v: v.isoformat()
     if t in (T.TIME, T.TIME2):
-        return lambda v: _fmt_time(v, fsp)
+        return lambda v: _fmt_time(v, fsp, negative_fraction_fix=t == T.TIME2)
+    if t == T.YEAR:  # the reader adds 1900 to the stored byte; YEAR 0000 (stored 0) is 0
+        return lambda v: 0 if v == 1900 else v
     if t == T.BIT:
         return lambda v: int(v, 2) if isinstance(v, str) else v
     if t == T.SET:
@@ -114,6 +128,8 @@ def converter(col: Any) -> Callable[[Any], Any]:
         t == T.STRING and getattr(col, "character_set_name", None) == "binary") else 0
 
     def generic(v: Any) -> Any:
+        if pad and v == "":  # BINARY(n) of only zero bytes: the reader gives '' (no bytes)
+            v = b""
         if isinstance(v, bytes):
             if pad and len(v) < pad:  # BINARY(n) loses its trailing zero bytes in the binlog
                 v = v + b"\x00" * (pad - len(v))

@@ -12,11 +12,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from cdc_lake.capture import charsets
 from cdc_lake.capture.ddl import classify_ddl
 from cdc_lake.capture.landing import LandingWriter, TxnBuffer
 from cdc_lake.capture.maxwell_json import converter, enc, json_str
-from cdc_lake.capture.state import (BinlogPos, CaptureConfigError, CaptureError, CaptureSettings,
-                                    StateStore)
+from cdc_lake.capture.state import (BinlogPos, CaptureBadValue, CaptureConfigError, CaptureError,
+                                    CaptureSettings, StateStore)
 
 log = logging.getLogger("cdc_lake.capture")
 
@@ -50,6 +51,15 @@ class _Stop(Exception):
     pass
 
 
+def _savepoint_name(sql: str) -> str:
+    """``SAVEPOINT `a b``` / ``ROLLBACK TO [SAVEPOINT] a`` -> the name (case-insensitive)."""
+    words = sql.split(None, 1)[1].strip() if len(sql.split(None, 1)) > 1 else ""
+    for w in ("WORK ", "TO ", "SAVEPOINT "):
+        if words.upper().startswith(w):
+            words = words[len(w):].strip()
+    return words.strip("`").replace("``", "`").lower()
+
+
 class MaxwellCapture:
     """Read the binlog from the saved position and land Maxwell JSON lines files."""
 
@@ -59,6 +69,7 @@ class MaxwellCapture:
         self.writer = LandingWriter(settings.out_dir, settings.prefix)
         self.txn = TxnBuffer(settings.out_dir, settings.spill_rows)
         self._pk_cache: dict[tuple[str, str], list[str] | None] = {}
+        self._engine_cache: dict[tuple[str, str], bool] = {}
         self._conv_cache: dict[int, tuple[Any, list[tuple[str, Callable[[Any], Any]]]]] = {}
         self._ctl: Any = None
         self._stop_requested = False
@@ -174,11 +185,32 @@ class MaxwellCapture:
             return list(fallback or ())
         return pk
 
+    def _transactional(self, db: str, table: str) -> bool:
+        """Whether a ROLLBACK undoes the table's changes (its engine's TRANSACTIONS); a table
+        gone since counts as transactional (InnoDB, the default)."""
+        key = (db, table)
+        if key not in self._engine_cache:
+            rows = self._query(
+                "SELECT e.TRANSACTIONS FROM information_schema.TABLES t JOIN "
+                "information_schema.ENGINES e ON e.ENGINE = t.ENGINE WHERE t.TABLE_SCHEMA=%s "
+                "AND t.TABLE_NAME=%s", (db, table))
+            self._engine_cache[key] = not rows or str(rows[0][0]).upper() != "NO"
+        return self._engine_cache[key]
+
     def _converters(self, event: Any) -> list[tuple[str, Callable[[Any], Any]]]:
         tm = event.table_map[event.table_id]
         hit = self._conv_cache.get(event.table_id)
         if hit is not None and hit[0] is tm:
             return hit[1]
+        bad = charsets.unsupported_text_columns(event.columns)
+        if bad:
+            raise CaptureConfigError(
+                f"{event.schema}.{event.table}: column(s) "
+                + ", ".join(f"{c!r} (CHARACTER SET {cs})" for c, cs in bad)
+                + " use a character set the capture cannot decode (its values would land as "
+                "bytes, not text). Convert them (ALTER TABLE ... CONVERT TO CHARACTER SET "
+                "utf8mb4) or leave the table out (--tables / --databases); nothing of this "
+                "transaction was landed")
         convs = [(c.name, converter(c)) for c in event.columns]
         self._conv_cache[event.table_id] = (tm, convs)
         return convs
@@ -205,7 +237,18 @@ class MaxwellCapture:
                     out[name] = fn(v)
             return out
 
-        for row in event.rows:
+        try:
+            rows = event.rows  # decoded on first access
+        except UnicodeDecodeError as e:
+            raise CaptureBadValue(
+                f"{event.schema}.{event.table}: a value at binlog position {pos} is not valid "
+                f"{e.encoding} ({e.reason} at byte {e.start}: {e.object[e.start:e.start + 8]!r}), "
+                "the character set its column declares; nothing of this transaction was "
+                "landed. Fix or delete the row, or leave the table out (--tables / "
+                "--databases) and capture from after it (--start FILE:POS with a new state "
+                "file)") from None
+        undoable = self._transactional(event.schema, event.table)
+        for row in rows:
             if kind == "update":
                 before = conv(row["before_values"], row["before_none_sources"])
                 data = conv(row["after_values"], row["after_none_sources"])
@@ -218,7 +261,7 @@ class MaxwellCapture:
                     f',"primary_key_columns":{pk_cols_json},"data":{enc(data)}')
             if old:
                 tail += f',"old":{enc(old)}'
-            self.txn.add("r", head, tail + "}")
+            self.txn.add("r" if undoable else "n", head, tail + "}")
 
     def _ddl(self, event: Any, pos: BinlogPos, sql: str) -> int:
         schema = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) \
@@ -228,6 +271,7 @@ class MaxwellCapture:
             if not self._wanted(rec["database"], rec["table"]):
                 continue
             self._pk_cache.clear()
+            self._engine_cache.clear()
             head = (f'{{"database":{enc(rec["database"])},"table":{enc(rec["table"])},'
                     f'"type":"{rec["type"]}","ts":{int(event.timestamp)}')
             extra = "".join(f',"{k}":{enc(rec[k])}' for k in ("new_database", "new_table")
@@ -275,13 +319,18 @@ class MaxwellCapture:
                                               RotateEvent, XAPrepareEvent, XidEvent)
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+        charsets.install()
         t0 = time.monotonic()
         self.state.lock(self.s)
         try:
             self.check_server()
             saved = self.state.load()
             start = self._start_position(saved)
-            self._safe = self._saved = self._file_start = start
+            self._safe = self._file_start = start
+            # no state yet: record the start even if nothing is new (a --start current run
+            # that found nothing would otherwise start at "now" again next time, skipping
+            # every change written in between)
+            self._saved = start if saved else None
             self._saved_at = time.monotonic()
             self._last_gtid: str | None = saved.get("last_gtid") if saved else None
             result = CaptureResult(start=str(start), end=str(start))
@@ -336,8 +385,18 @@ class MaxwellCapture:
                         if word == "BEGIN":
                             in_txn = True
                             continue
+                        if word == "SAVEPOINT" and in_txn:
+                            self.txn.savepoint(_savepoint_name(sql))
+                            continue
+                        if word == "ROLLBACK" and len(sql.split()) > 1 and in_txn:
+                            # ROLLBACK TO sp: logged when the transaction also changed a
+                            # non-transactional table; the transactional rows after sp go
+                            self.txn.rollback_to(_savepoint_name(sql))
+                            continue
                         if word in ("COMMIT", "ROLLBACK") and len(sql.split()) == 1:
                             # non-transactional engines: their changes stay even on ROLLBACK
+                            if word == "ROLLBACK":
+                                self.txn.rollback()
                             self._end_txn(int(ev.timestamp), None, pos, result)
                             in_txn = standalone = False
                         else:

@@ -17,6 +17,7 @@ from typing import Any
 
 STATE_VERSION = 1
 EXIT_OK, EXIT_FAIL, EXIT_CONFIG, EXIT_LOCKED = 0, 1, 2, 75
+EXIT_NEEDS_OPERATOR = 3  # a value every retry would stop at again
 
 
 class CaptureError(RuntimeError):
@@ -31,6 +32,13 @@ class CaptureConfigError(CaptureError):
 
 class CaptureLocked(CaptureError):
     exit_code = EXIT_LOCKED
+
+
+class CaptureBadValue(CaptureError):
+    """A binlog value the capture cannot land (not valid in its column's character set): every
+    retry stops at the same event, so an operator has to act (exit 3, not retried)."""
+
+    exit_code = EXIT_NEEDS_OPERATOR
 
 
 @dataclass(frozen=True)

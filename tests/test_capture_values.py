@@ -1,0 +1,170 @@
+"""Capture of values and transactions a tester's database had, against a real MariaDB.
+
+The oracle is the database itself: what ``SELECT`` shows after the workload (``CAST(... AS
+CHAR)`` for TIME, ``HEX`` for bytes, Python's decoding of what the client gets for text) and
+which rows exist. Each case was wrong before (tester, 2026-11-27):
+
+* negative TIME with a fraction landed with the fraction's complement (-12:30:00.250 as .750);
+* a zero TIMESTAMP landed as 1970-01-01 00:00:00 and YEAR 0000 as 1900; BINARY(4) of zero
+  bytes as no bytes;
+* text in latin1 with byte 0x81 stopped every later capture run (UnicodeDecodeError, exit 1);
+  utf16/utf32 were garbled, ucs2/utf16le/macce landed as base64;
+* a charset without a decoder landed base64 text silently (now: exit 2 naming the column); a
+  value its decoder refuses stops with exit 3 naming table and position;
+* rows undone by ROLLBACK TO SAVEPOINT in a transaction that also changed a MyISAM table
+  landed;
+* ``--start current`` with nothing new saved no position, so the next run started at "now"
+  again and skipped what was written in between.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mariadb_server import MariaDBServer, mariadb_server  # noqa: F401  (fixture)
+
+from cdc_lake.capture import mariadb_maxwell as mm
+from cdc_lake.capture.state import CaptureBadValue, CaptureConfigError
+
+pytestmark = [pytest.mark.mariadb,
+              pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning")]
+
+
+def _capture(srv: MariaDBServer, db: str, out: Path, **kw: Any) -> Any:
+    user, pw = srv.create_capture_user((db,))
+    return mm.capture(mm.CaptureSettings(host=srv.host, port=srv.port, user=user, password=pw,
+                                         out_dir=out, until_now=True, databases=(db,), **kw))
+
+
+def _replay(out: Path) -> dict[str, dict[tuple, dict[str, Any]]]:
+    """Final rows per table from the landed Maxwell lines, in file and line order."""
+    tables: dict[str, dict[tuple, dict[str, Any]]] = {}
+    for f in sorted(out.glob("maxwell-*.json")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            if r["type"] not in ("insert", "update", "delete"):
+                continue
+            rows = tables.setdefault(r["table"], {})
+            if r["type"] == "update":
+                before = {**r["data"], **r.get("old", {})}
+                rows.pop(tuple(before[c] for c in r["primary_key_columns"]), None)
+            key = tuple(r["primary_key"])
+            if r["type"] == "delete":
+                rows.pop(key, None)
+            else:
+                rows[key] = r["data"]
+    return tables
+
+
+def test_values_land_as_select_shows_them(mariadb_server: MariaDBServer, tmp_path: Path) -> None:  # noqa: F811
+    srv = mariadb_server
+    srv.execute("CREATE DATABASE vals CHARACTER SET utf8mb4")
+    times = ["-12:30:00.250", "-00:00:00.001", "-00:00:00.1", "-01:02:03.4", "-838:59:59.5",
+             "-00:00:01.999999", "00:00:00.000001", "12:30:00.250", "-00:00:00.000001"]
+    srv.execute(
+        "CREATE TABLE v (id INT PRIMARY KEY, t1 TIME(1), t2 TIME(2), t3 TIME(3), t4 TIME(4), "
+        "t5 TIME(5), t6 TIME(6), ts TIMESTAMP(3) NULL, y YEAR, b BINARY(4), "
+        "l1 VARCHAR(20) CHARACTER SET latin1, u16 VARCHAR(20) CHARACTER SET utf16, "
+        "u16le VARCHAR(20) CHARACTER SET utf16le, u32 VARCHAR(20) CHARACTER SET utf32, "
+        "ucs VARCHAR(20) CHARACTER SET ucs2, mce VARCHAR(20) CHARACTER SET macce) ENGINE=InnoDB",
+        database="vals")
+    with srv.connect("vals") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = '', time_zone = '+00:00'")  # zero dates allowed
+        for i, t in enumerate(times):
+            text = ["x😀y", "plain ascii", "Ünïcödé €", "ő ű", ""][i % 5]
+            cur.execute(
+                "INSERT INTO v VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                "%s, %s)", (i, *[t] * 6, 0 if i % 2 else "2026-11-27 10:00:00.5",
+                            0 if i % 3 == 0 else 1901 + i, b"\x00" * 4 if i % 2 else b"A\x00\x00",
+                            None, text, text, text, text.replace("😀", "*"), "ő ű"))
+        cur.execute("UPDATE v SET l1 = UNHEX('81E980') WHERE id = 1")  # bytes MariaDB's latin1 has
+        cur.execute("SELECT id, CAST(t1 AS CHAR), CAST(t2 AS CHAR), CAST(t3 AS CHAR), "
+                    "CAST(t4 AS CHAR), CAST(t5 AS CHAR), CAST(t6 AS CHAR), "
+                    "CAST(ts AS CHAR), y + 0, HEX(b), l1, u16, u16le, u32, ucs, mce FROM v")
+        names = ["id", "t1", "t2", "t3", "t4", "t5", "t6", "ts", "y", "b", "l1", "u16", "u16le",
+                 "u32", "ucs", "mce"]
+        truth = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+    out = tmp_path / "landing"
+    _capture(srv, "vals", out)
+    landed = _replay(out)["v"]
+    assert set(landed) == {(i,) for i in truth}
+    for i, want in truth.items():
+        got = landed[(i,)]
+        for c in names[1:]:
+            w = want[c]
+            if c == "ts":  # the zero TIMESTAMP is null (docs/capture.md); others UTC text
+                w = None if w == "0000-00-00 00:00:00.000" else w
+            if c == "b":
+                w = base64.b64encode(bytes.fromhex(w)).decode()
+            assert got[c] == w, f"row {i} column {c}: landed {got[c]!r}, SELECT {w!r}"
+
+
+def test_a_charset_without_decoder_stops_naming_the_column(mariadb_server: MariaDBServer,  # noqa: F811
+                                                           tmp_path: Path) -> None:
+    srv = mariadb_server
+    srv.execute("CREATE DATABASE cs CHARACTER SET utf8mb4")
+    srv.execute("CREATE TABLE s (id INT PRIMARY KEY, name VARCHAR(10) CHARACTER SET swe7)",
+                "INSERT INTO s VALUES (1, 'plain')", database="cs")
+    with pytest.raises(CaptureConfigError) as e:
+        _capture(srv, "cs", tmp_path / "landing")
+    msg = str(e.value)
+    assert "cs.s" in msg and "'name' (CHARACTER SET swe7)" in msg and "--tables" in msg, msg
+    assert not list((tmp_path / "landing").glob("maxwell-*.json")), "nothing landed"
+
+    # a value its decoder refuses (eucjpms's NEC extension, decoded as euc_jp): exit 3 naming
+    # the table and position, not a bare UnicodeDecodeError (exit 1, retried for nothing)
+    srv.execute("CREATE DATABASE cs2 CHARACTER SET utf8mb4")
+    srv.execute("CREATE TABLE j (id INT PRIMARY KEY, name VARCHAR(10) CHARACTER SET eucjpms)",
+                "INSERT INTO j VALUES (1, '①')", database="cs2")
+    with pytest.raises(CaptureBadValue) as bad:
+        _capture(srv, "cs2", tmp_path / "landing2")
+    assert bad.value.exit_code == 3 and "cs2.j" in str(bad.value), bad.value
+    assert "binlog position mariadb-bin." in str(bad.value), bad.value
+
+
+def test_rollback_to_savepoint_and_rollback_with_a_myisam_table(mariadb_server: MariaDBServer,  # noqa: F811
+                                                                tmp_path: Path) -> None:
+    srv = mariadb_server
+    srv.execute("CREATE DATABASE sp CHARACTER SET utf8mb4")
+    srv.execute("CREATE TABLE inno (id INT PRIMARY KEY, v VARCHAR(10)) ENGINE=InnoDB",
+                "CREATE TABLE mya (id INT PRIMARY KEY, v VARCHAR(10)) ENGINE=MyISAM",
+                "INSERT INTO inno VALUES (1, 'kept')", database="sp")
+    with srv.connect("sp", autocommit=False) as conn, conn.cursor() as cur:
+        for sql in ["BEGIN", "INSERT INTO inno VALUES (4, 'a')", "INSERT INTO mya VALUES (2, 'a')",
+                    "SAVEPOINT sp1", "UPDATE inno SET v = 'undone' WHERE id = 1",
+                    "INSERT INTO inno VALUES (5, 'undone')", "INSERT INTO mya VALUES (3, 'stays')",
+                    "SAVEPOINT `sp 2`", "DELETE FROM inno WHERE id = 4",
+                    "ROLLBACK TO SAVEPOINT `sp 2`", "ROLLBACK TO sp1",
+                    "INSERT INTO inno VALUES (6, 'b')", "COMMIT",
+                    "BEGIN", "INSERT INTO inno VALUES (7, 'undone')",
+                    "INSERT INTO mya VALUES (8, 'stays')", "ROLLBACK"]:
+            cur.execute(sql)
+        conn.commit()
+    truth = {}
+    with srv.connect("sp") as conn, conn.cursor() as cur:
+        for t in ("inno", "mya"):
+            cur.execute(f"SELECT id, v FROM {t}")
+            truth[t] = {(r[0],): r[1] for r in cur.fetchall()}
+    assert truth["inno"] == {(1,): "kept", (4,): "a", (6,): "b"}, truth  # the database's rules
+    out = tmp_path / "landing"
+    _capture(srv, "sp", out)
+    landed = _replay(out)
+    assert {t: {k: r["v"] for k, r in rows.items()} for t, rows in landed.items()} == truth
+
+
+def test_start_current_with_nothing_new_records_where_it_stood(mariadb_server: MariaDBServer,  # noqa: F811
+                                                               tmp_path: Path) -> None:
+    srv = mariadb_server
+    srv.execute("CREATE DATABASE cur CHARACTER SET utf8mb4")
+    srv.execute("CREATE TABLE c (id INT PRIMARY KEY)", database="cur")
+    out = tmp_path / "landing"
+    first = _capture(srv, "cur", out, start="current")
+    assert first.files == [] and (out / ".maxwell-capture-state.json").is_file()
+    srv.execute("INSERT INTO c VALUES (6000)", database="cur")
+    _capture(srv, "cur", out, start="current")  # the Airflow task passes --start every run
+    assert _replay(out).get("c") == {(6000,): {"id": 6000}}
