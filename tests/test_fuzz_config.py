@@ -205,3 +205,16 @@ def test_a_folder_name_delta_rs_would_decode_is_refused(tmp_path: Path) -> None:
         assert "tables.orders.path" in str(e) and "t%C3%A9" in str(e), str(e)
     else:
         raise AssertionError("tables.orders.path with %C3%A9 was accepted")
+
+
+def test_a_duplicate_name_is_named(tmp_path: Path) -> None:
+    """Tester: a duplicate in ``ignore_tables`` printed the whole list as "has duplicates"."""
+    (tmp_path / "landing").mkdir()
+    f = tmp_path / "p.yaml"
+    f.write_text(json.dumps({**VALID, "ignore_tables": ["shop.a", "shop.b", "shop.a"]}))
+    try:
+        load_pipeline(f)
+    except ConfigError as e:
+        assert "ignore_tables" in str(e) and "lists 'shop.a' more than once" in str(e), str(e)
+    else:
+        raise AssertionError("a duplicate in ignore_tables was accepted")

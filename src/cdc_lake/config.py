@@ -254,7 +254,9 @@ class Reader:
         if non_empty and not v:
             raise self.fail(name, "must not be empty")
         if len(set(v)) != len(v):
-            raise self.fail(name, f"has duplicates: {v!r}")
+            dups = sorted({x for x in v if v.count(x) > 1})
+            raise self.fail(name, f"lists {', '.join(repr(x) for x in dups)} more than once "
+                            "(each name once)")
         return tuple(v)
 
     def path(self, name: str, default: Path | None = None, required: bool = False) -> Path | None:
