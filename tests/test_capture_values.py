@@ -9,6 +9,7 @@ which rows exist. Each case was wrong before (tester, 2026-11-27):
   bytes as no bytes;
 * text in latin1 with byte 0x81 stopped every later capture run (UnicodeDecodeError, exit 1);
   utf16/utf32 were garbled, ucs2/utf16le/macce landed as base64;
+* MariaDB's UUID / INET6 / INET4 landed as base64 of their bytes;
 * a charset without a decoder landed base64 text silently (now: exit 2 naming the column); a
   value its decoder refuses stops with exit 3 naming table and position;
 * rows undone by ROLLBACK TO SAVEPOINT in a transaction that also changed a MyISAM table
@@ -89,8 +90,20 @@ def test_values_land_as_select_shows_them(mariadb_server: MariaDBServer, tmp_pat
         names = ["id", "t1", "t2", "t3", "t4", "t5", "t6", "ts", "y", "b", "l1", "u16", "u16le",
                  "u32", "ucs", "mce"]
         truth = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+        cur.execute("CREATE TABLE n (id INT PRIMARY KEY, u UUID, i6 INET6, i4 INET4)")
+        for i, (u, i6, i4) in enumerate([
+                ("123e4567-e89b-12d3-a456-426614174000", "::1", "1.2.3.4"),
+                ("00000000-0000-0000-0000-000000000000", "::", "0.0.0.0"),
+                ("f81d4fae-7dec-41d0-a765-00a0c91e6b00", "::ffff:10.0.0.1", "255.0.0.0"),
+                (None, "::1.2.3.4", None), ("12345678-1234-1234-1234-123456789abc",
+                                            "2001:db8::ff00:42:8300", "10.0.0.0")]):
+            cur.execute("INSERT INTO n VALUES (%s, %s, %s, %s)", (i, u, i6, i4))
+        cur.execute("INSERT INTO n SELECT 9, UUID(), NULL, NULL")  # a time-based (v1) id
+        cur.execute("SELECT id, CAST(u AS CHAR), CAST(i6 AS CHAR), CAST(i4 AS CHAR) FROM n")
+        own = {(r[0],): dict(zip(["id", "u", "i6", "i4"], r)) for r in cur.fetchall()}
     out = tmp_path / "landing"
     _capture(srv, "vals", out)
+    assert _replay(out)["n"] == own  # MariaDB's UUID / INET6 / INET4 as the text SELECT shows
     landed = _replay(out)["v"]
     assert set(landed) == {(i,) for i in truth}
     for i, want in truth.items():

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from cdc_lake.capture import charsets
 from cdc_lake.capture.ddl import classify_ddl
 from cdc_lake.capture.landing import LandingWriter, TxnBuffer
-from cdc_lake.capture.maxwell_json import converter, enc, json_str
+from cdc_lake.capture.maxwell_json import converter, enc, json_str, special_converter
 from cdc_lake.capture.state import (BinlogPos, CaptureBadValue, CaptureConfigError, CaptureError,
                                     CaptureSettings, StateStore)
 
@@ -70,6 +70,7 @@ class MaxwellCapture:
         self.txn = TxnBuffer(settings.out_dir, settings.spill_rows)
         self._pk_cache: dict[tuple[str, str], list[str] | None] = {}
         self._engine_cache: dict[tuple[str, str], bool] = {}
+        self._type_cache: dict[tuple[str, str], dict[str, Callable[[Any], Any]]] = {}
         self._conv_cache: dict[int, tuple[Any, list[tuple[str, Callable[[Any], Any]]]]] = {}
         self._ctl: Any = None
         self._stop_requested = False
@@ -197,6 +198,19 @@ class MaxwellCapture:
             self._engine_cache[key] = not rows or str(rows[0][0]).upper() != "NO"
         return self._engine_cache[key]
 
+    def _special_types(self, db: str, table: str) -> dict[str, Callable[[Any], Any]]:
+        """Converters of the table's columns of MariaDB's own types (UUID, INET4, INET6), from
+        today's schema (like the key columns; refreshed after DDL)."""
+        key = (db, table)
+        if key not in self._type_cache:
+            rows = self._query(
+                "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
+                "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE IN ('uuid', 'inet4', 'inet6')",
+                (db, table))
+            self._type_cache[key] = {str(n): c for n, t in rows
+                                     if (c := special_converter(str(t))) is not None}
+        return self._type_cache[key]
+
     def _converters(self, event: Any) -> list[tuple[str, Callable[[Any], Any]]]:
         tm = event.table_map[event.table_id]
         hit = self._conv_cache.get(event.table_id)
@@ -211,7 +225,8 @@ class MaxwellCapture:
                 "bytes, not text). Convert them (ALTER TABLE ... CONVERT TO CHARACTER SET "
                 "utf8mb4) or leave the table out (--tables / --databases); nothing of this "
                 "transaction was landed")
-        convs = [(c.name, converter(c)) for c in event.columns]
+        special = self._special_types(event.schema, event.table)
+        convs = [(c.name, special.get(c.name) or converter(c)) for c in event.columns]
         self._conv_cache[event.table_id] = (tm, convs)
         return convs
 
@@ -272,6 +287,7 @@ class MaxwellCapture:
                 continue
             self._pk_cache.clear()
             self._engine_cache.clear()
+            self._type_cache.clear()
             head = (f'{{"database":{enc(rec["database"])},"table":{enc(rec["table"])},'
                     f'"type":"{rec["type"]}","ts":{int(event.timestamp)}')
             extra = "".join(f',"{k}":{enc(rec[k])}' for k in ("new_database", "new_table")
