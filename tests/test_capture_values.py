@@ -181,3 +181,40 @@ def test_start_current_with_nothing_new_records_where_it_stood(mariadb_server: M
     srv.execute("INSERT INTO c VALUES (6000)", database="cur")
     _capture(srv, "cur", out, start="current")  # the Airflow task passes --start every run
     assert _replay(out).get("c") == {(6000,): {"id": 6000}}
+
+
+def test_system_versioned_tables_land_their_current_rows(mariadb_server: MariaDBServer,  # noqa: F811
+                                                         tmp_path: Path) -> None:
+    """Tester: the key was ``[id, row_end]``, so history rows landed, a deleted row stayed and
+    the invisible ``row_start``/``row_end`` columns were in the lake. MariaDB logs an UPDATE as
+    an update of the current row plus an insert of a history row, a DELETE as an update of the
+    row end."""
+    srv = mariadb_server
+    srv.execute("CREATE DATABASE ver CHARACTER SET utf8mb4")
+    srv.execute(
+        "CREATE TABLE sv (id INT PRIMARY KEY, v VARCHAR(10)) WITH SYSTEM VERSIONING",
+        "CREATE TABLE se (id INT PRIMARY KEY, v VARCHAR(10), s TIMESTAMP(6) GENERATED ALWAYS AS "
+        "ROW START, e TIMESTAMP(6) GENERATED ALWAYS AS ROW END, PERIOD FOR SYSTEM_TIME(s, e)) "
+        "WITH SYSTEM VERSIONING",
+        *[sql for t in ("sv", "se") for sql in (
+            f"INSERT INTO {t} (id, v) VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+            f"UPDATE {t} SET v = 'a2' WHERE id = 1", f"UPDATE {t} SET v = 'a3' WHERE id = 1",
+            f"DELETE FROM {t} WHERE id = 2", f"INSERT INTO {t} (id, v) VALUES (2, 'b again')",
+            f"UPDATE {t} SET id = 4 WHERE id = 3", f"DELETE HISTORY FROM {t}")],
+        database="ver")
+    truth = {}
+    with srv.connect("ver") as conn, conn.cursor() as cur:
+        for t in ("sv", "se"):
+            cur.execute(f"SELECT id, v FROM {t}")
+            truth[t] = {(r[0],): r[1] for r in cur.fetchall()}
+    assert truth["sv"] == {(1,): "a3", (2,): "b again", (4,): "c"}, truth
+    out = tmp_path / "landing"
+    _capture(srv, "ver", out)
+    landed = _replay(out)
+    assert {t: {k: r["v"] for k, r in rows.items()} for t, rows in landed.items()} == truth
+    assert {c for r in landed["sv"].values() for c in r} == {"id", "v"}  # SELECT * shows these
+    assert {c for r in landed["se"].values() for c in r} == {"id", "v", "s", "e"}
+    keys = {json.loads(line)["table"]: json.loads(line)["primary_key_columns"]
+            for f in out.glob("maxwell-*.json") for line in f.read_text().splitlines()
+            if '"primary_key_columns"' in line}
+    assert keys == {"sv": ["id"], "se": ["id"]}, keys

@@ -15,7 +15,8 @@ from typing import Any, Callable
 from cdc_lake.capture import charsets
 from cdc_lake.capture.ddl import classify_ddl
 from cdc_lake.capture.landing import LandingWriter, TxnBuffer
-from cdc_lake.capture.maxwell_json import converter, enc, json_str, special_converter
+from cdc_lake.capture.maxwell_json import converter, enc, json_str
+from cdc_lake.capture.source_schema import SourceSchema, is_current
 from cdc_lake.capture.state import (BinlogPos, CaptureBadValue, CaptureConfigError, CaptureError,
                                     CaptureSettings, StateStore)
 
@@ -68,9 +69,7 @@ class MaxwellCapture:
         self.state = StateStore(settings.state_file)
         self.writer = LandingWriter(settings.out_dir, settings.prefix)
         self.txn = TxnBuffer(settings.out_dir, settings.spill_rows)
-        self._pk_cache: dict[tuple[str, str], list[str] | None] = {}
-        self._engine_cache: dict[tuple[str, str], bool] = {}
-        self._type_cache: dict[tuple[str, str], dict[str, Callable[[Any], Any]]] = {}
+        self.schema = SourceSchema(self._query)  # today's keys, engines, types (cached)
         self._conv_cache: dict[int, tuple[Any, list[tuple[str, Callable[[Any], Any]]]]] = {}
         self._ctl: Any = None
         self._stop_requested = False
@@ -170,47 +169,6 @@ class MaxwellCapture:
             return tl in self._tables or f"{dbl}.{tl}" in self._tables
         return True
 
-    def primary_key_columns(self, db: str, table: str, fallback: Any) -> list[str]:
-        key = (db, table)
-        if key not in self._pk_cache:
-            rows = self._query(
-                "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA=%s "
-                "AND TABLE_NAME=%s AND CONSTRAINT_NAME='PRIMARY' ORDER BY ORDINAL_POSITION",
-                (db, table))
-            self._pk_cache[key] = [r[0] for r in rows] or None
-        pk = self._pk_cache[key]
-        if pk is None:
-            # table gone (or no PK) today: use the binlog's own metadata of that moment
-            if isinstance(fallback, str):
-                return [fallback] if fallback else []
-            return list(fallback or ())
-        return pk
-
-    def _transactional(self, db: str, table: str) -> bool:
-        """Whether a ROLLBACK undoes the table's changes (its engine's TRANSACTIONS); a table
-        gone since counts as transactional (InnoDB, the default)."""
-        key = (db, table)
-        if key not in self._engine_cache:
-            rows = self._query(
-                "SELECT e.TRANSACTIONS FROM information_schema.TABLES t JOIN "
-                "information_schema.ENGINES e ON e.ENGINE = t.ENGINE WHERE t.TABLE_SCHEMA=%s "
-                "AND t.TABLE_NAME=%s", (db, table))
-            self._engine_cache[key] = not rows or str(rows[0][0]).upper() != "NO"
-        return self._engine_cache[key]
-
-    def _special_types(self, db: str, table: str) -> dict[str, Callable[[Any], Any]]:
-        """Converters of the table's columns of MariaDB's own types (UUID, INET4, INET6), from
-        today's schema (like the key columns; refreshed after DDL)."""
-        key = (db, table)
-        if key not in self._type_cache:
-            rows = self._query(
-                "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
-                "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE IN ('uuid', 'inet4', 'inet6')",
-                (db, table))
-            self._type_cache[key] = {str(n): c for n, t in rows
-                                     if (c := special_converter(str(t))) is not None}
-        return self._type_cache[key]
-
     def _converters(self, event: Any) -> list[tuple[str, Callable[[Any], Any]]]:
         tm = event.table_map[event.table_id]
         hit = self._conv_cache.get(event.table_id)
@@ -225,7 +183,7 @@ class MaxwellCapture:
                 "bytes, not text). Convert them (ALTER TABLE ... CONVERT TO CHARACTER SET "
                 "utf8mb4) or leave the table out (--tables / --databases); nothing of this "
                 "transaction was landed")
-        special = self._special_types(event.schema, event.table)
+        special = self.schema.special_types(event.schema, event.table)
         convs = [(c.name, special.get(c.name) or converter(c)) for c in event.columns]
         self._conv_cache[event.table_id] = (tm, convs)
         return convs
@@ -238,8 +196,11 @@ class MaxwellCapture:
         if any(name is None or str(name).startswith("UNKNOWN_COL") for name, _ in convs):
             raise CaptureConfigError(f"{event.schema}.{event.table}: the binlog has no column names "
                                      "(binlog_row_metadata was not FULL when it was written)")
-        pk_cols = self.primary_key_columns(event.schema, event.table, event.primary_key)
-        head = f'{{"database":{json_str(event.schema)},"table":{json_str(event.table)},"type":"{kind}"'
+        pk_cols = self.schema.primary_key_columns(event.schema, event.table, event.primary_key)
+        versioned = self.schema.versioned(event.schema, event.table, pk_cols)
+        if versioned is not None:
+            pk_cols = pk_cols[:-1]  # MariaDB appends the row-end column to every unique key
+        prefix = f'{{"database":{json_str(event.schema)},"table":{json_str(event.table)},"type":'
         pk_cols_json = "[" + ",".join(json_str(c) for c in pk_cols) + "]"
 
         def conv(values: dict[str, Any], nones: dict[str, Any]) -> dict[str, Any]:
@@ -262,16 +223,30 @@ class MaxwellCapture:
                 "landed. Fix or delete the row, or leave the table out (--tables / "
                 "--databases) and capture from after it (--start FILE:POS with a new state "
                 "file)") from None
-        undoable = self._transactional(event.schema, event.table)
+        undoable = self.schema.transactional(event.schema, event.table)
         for row in rows:
+            rkind = kind
             if kind == "update":
                 before = conv(row["before_values"], row["before_none_sources"])
                 data = conv(row["after_values"], row["after_none_sources"])
-                old = {k: v for k, v in before.items() if data.get(k) != v
-                       or type(data.get(k)) is not type(v)}
             else:
+                before = None
                 data = conv(row["values"], row["none_sources"])
-                old = None
+            if versioned is not None:
+                end, hidden = versioned
+                if not is_current(data.get(end)):
+                    # a history row: written by an UPDATE (insert) or a DELETE (the current
+                    # row's update to a past row end), removed by DELETE HISTORY (delete)
+                    if before is None or not is_current(before.get(end)):
+                        continue
+                    rkind, data, before = "delete", before, None
+                for c in hidden:
+                    data.pop(c, None)
+                    if before is not None:
+                        before.pop(c, None)
+            old = None if before is None else {
+                k: v for k, v in before.items() if data.get(k) != v or type(data.get(k)) is not type(v)}
+            head = f'{prefix}"{rkind}"'
             tail = (f',"position":"{pos}","primary_key":{enc([data.get(c) for c in pk_cols])}'
                     f',"primary_key_columns":{pk_cols_json},"data":{enc(data)}')
             if old:
@@ -285,9 +260,7 @@ class MaxwellCapture:
         for rec in classify_ddl(sql, schema):
             if not self._wanted(rec["database"], rec["table"]):
                 continue
-            self._pk_cache.clear()
-            self._engine_cache.clear()
-            self._type_cache.clear()
+            self.schema.clear()
             head = (f'{{"database":{enc(rec["database"])},"table":{enc(rec["table"])},'
                     f'"type":"{rec["type"]}","ts":{int(event.timestamp)}')
             extra = "".join(f',"{k}":{enc(rec[k])}' for k in ("new_database", "new_table")
