@@ -15,7 +15,7 @@ which rows exist. Each case was wrong before (tester, 2026-11-27):
 * rows undone by ROLLBACK TO SAVEPOINT in a transaction that also changed a MyISAM table
   landed;
 * ``--start current`` with nothing new saved no position, so the next run started at "now"
-  again and skipped what was written in between.
+  again and skipped what was written in between; a SIGKILLed capture's in-flight file stayed.
 """
 
 from __future__ import annotations
@@ -179,8 +179,10 @@ def test_start_current_with_nothing_new_records_where_it_stood(mariadb_server: M
     first = _capture(srv, "cur", out, start="current")
     assert first.files == [] and (out / ".maxwell-capture-state.json").is_file()
     srv.execute("INSERT INTO c VALUES (6000)", database="cur")
+    (out / ".maxwell-inflight-k1ll3d.json.tmp").write_text("")  # left by a SIGKILLed capture
     _capture(srv, "cur", out, start="current")  # the Airflow task passes --start every run
     assert _replay(out).get("c") == {(6000,): {"id": 6000}}
+    assert not list(out.glob(".*.tmp")), "the next run removes a killed capture's in-flight file"
 
 
 def test_system_versioned_tables_land_their_current_rows(mariadb_server: MariaDBServer,  # noqa: F811

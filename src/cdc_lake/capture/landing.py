@@ -38,6 +38,19 @@ class LandingWriter:
         self.lines = self.bytes = 0
         self.opened_at = time.monotonic()
 
+    def remove_leftovers(self) -> list[Path]:
+        """Remove the in-flight files of a capture that was killed (SIGKILL, power loss) before
+        it could clean up; called under the state lock (one capture per landing folder and
+        prefix). Their transactions were never recorded, so the run re-reads them."""
+        gone = []
+        for f in self.out_dir.glob(f".{self.prefix}-inflight-*.json.tmp"):
+            try:
+                f.unlink()
+                gone.append(f)
+            except OSError:
+                pass
+        return gone
+
     def write(self, lines: Iterable[str]) -> None:
         for line in lines:
             self._f.write(line)

@@ -313,6 +313,8 @@ class MaxwellCapture:
         self.state.lock(self.s)
         try:
             self.check_server()
+            for f in self.writer.remove_leftovers():
+                log.info("removed %s, left by a capture that was killed", f.name)
             saved = self.state.load()
             start = self._start_position(saved)
             self._safe = self._file_start = start
