@@ -98,7 +98,17 @@ class DeltaRsEngine(Engine):
         cond = pc.field(column).isin(wanted)
         if len(wanted) < len(values):
             cond = cond | pc.field(column).is_null()
-        return dataset.to_table(columns=columns, filter=cond, use_threads=False)
+        try:
+            return dataset.to_table(columns=columns, filter=cond, use_threads=False)
+        except pa.ArrowNotImplementedError:
+            # files whose column is string_view while the table's schema says string (written
+            # from Spark's Arrow): the statistics pruning has no kernel for the pair; filter
+            # after reading instead
+            t = dataset.to_table(columns=list(dict.fromkeys([*columns, column])), use_threads=False)
+            keep = pc.is_in(t.column(column).cast(wanted.type), value_set=wanted)
+            if len(wanted) < len(values):
+                keep = pc.or_(pc.fill_null(keep, False), pc.is_null(t.column(column)))
+            return t.filter(pc.fill_null(keep, False)).select(columns)
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         dt = self._table(path)

@@ -7,6 +7,14 @@ reaches 0 is deleted. Null group values (unknown members) are a group of their o
 fact is restated. Groups are matched on ``_group_key`` (the group values as JSON), so null group
 values match null-safely.
 
+Numbers (tester, 2026-11-27): an integer sum is added up exactly in each batch and checked
+against its column's range before anything is written (:func:`check_ranges`: the stored value
+plus the batch's delta), so a ``bigint`` sum that would pass 2^63-1 stops the run (exit 3,
+:class:`AggregateOverflow` naming aggregate, column, group and values) instead of wrapping round
+to a negative number in the MERGE; a NaN or ±Infinity contribution to a floating-point sum
+counts as 0, since a signed delta could never withdraw it (NaN - NaN is NaN: the group kept NaN
+for good after the fact changed).
+
 Example::
 
     deltas = aggregate_deltas(old_rows, new_rows, agg_cfg, event_time="order_time")
@@ -15,14 +23,49 @@ Example::
 
 from __future__ import annotations
 
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from cdc_lake.engines import MergeSpec
-from cdc_lake.enrich.config import AggregateConfig
+from cdc_lake.checkpoint_log import PipelineStateError
+from cdc_lake.engines import Computed, Engine, MergeSpec
+from cdc_lake.enrich.config import AggregateConfig, EnrichConfig
 
 COUNT = "count"
 GROUP_KEY = "_group_key"
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_BIGINT_MAX = 2**63 - 1
+_TAG = "cdc_lake.aggregate_overflow"
+
+
+class AggregateOverflow(PipelineStateError):
+    """An aggregate sum would leave its column's type (exit 3): nothing of the batch was
+    written; the recovery widens the sum and rebuilds."""
+
+    def __init__(self, cfg: EnrichConfig, aggregate: str, column: str, detail: str) -> None:
+        expr = dict(next(a for a in cfg.outputs.aggregates if a.name == aggregate).sums)[column]
+        super().__init__(
+            f"pipeline {cfg.name!r}: outputs.aggregates.{aggregate}.sums.{column} "
+            f"({expr!r}) {detail}; nothing of this batch was written. Recovery: sum a wider type, "
+            f"e.g. sums: {{{column}: \"CAST({expr} AS DECIMAL(38,0))\"}} (or "
+            f"DECIMAL(38,<scale>)), then spark-submit spark_jobs/enrich.py --pipeline "
+            f"{cfg.file} --reprocess (a changed aggregate is rebuilt)")
+
+
+def overflow_in(cfg: EnrichConfig, error: BaseException) -> AggregateOverflow | None:
+    """The overflow a batch's Spark job raised for an integer sum (tagged by
+    :func:`aggregate_deltas`), found in the error's text, else None."""
+    m = re.search(r"\[" + re.escape(_TAG) + r" (\{.*?\})\]", str(error))
+    if m is None:
+        return None
+    info = json.loads(m.group(1))
+    return AggregateOverflow(cfg, info["aggregate"], info["column"],
+                             "adds up to more than a bigint holds within one batch")
 
 
 def _bucket(agg: AggregateConfig, event_time: str | None) -> list[Column]:
@@ -40,7 +83,14 @@ def _contributions(rows: DataFrame, agg: AggregateConfig, event_time: str | None
         return -c if negative else c
 
     cols = [F.col(f"`{g}`") for g in agg.group_by] + _bucket(agg, event_time)
-    cols += [signed(F.coalesce(F.expr(expr), F.lit(0))).alias(name) for name, expr in agg.sums]
+    kinds = rows.select(*[F.expr(expr).alias(name) for name, expr in agg.sums]).schema
+    for (name, expr), field in zip(agg.sums, kinds.fields):
+        value = F.expr(expr)
+        if isinstance(field.dataType, (T.FloatType, T.DoubleType)):
+            value = F.when(F.isnan(value) | (F.abs(value) == float("inf")), None).otherwise(value)
+        if isinstance(field.dataType, _INTEGRAL):  # summed exactly, checked against bigint
+            value = value.cast("decimal(38,0)")
+        cols.append(signed(F.coalesce(value, F.lit(0))).alias(name))
     cols.append(F.lit(-1 if negative else 1).cast("bigint").alias(COUNT))
     return rows.select(*cols)
 
@@ -60,14 +110,67 @@ def aggregate_deltas(old: DataFrame | None, new: DataFrame, agg: AggregateConfig
         parts = parts.unionByName(_contributions(old, agg, event_time, negative=True))
     groups = list(agg.group_columns)
     sums = [name for name, _ in agg.sums]
+    kinds = {f.name: f.dataType for f in new.select(
+        *[F.expr(expr).alias(name) for name, expr in agg.sums]).schema.fields}
     out = parts.groupBy(*[F.col(f"`{g}`") for g in groups]).agg(
-        *[F.sum(F.col(f"`{s}`")).alias(s) for s in sums], F.sum(COUNT).alias(COUNT))
+        *[_sum(agg, s, kinds[s]) for s in sums], F.sum(COUNT).alias(COUNT))
     nonzero = F.col(COUNT) != 0
     for s in sums:
         nonzero = nonzero | (F.col(f"`{s}`") != 0)
     key = _group_key(out, groups)
     return out.where(nonzero).select(key.alias(GROUP_KEY), *[F.col(f"`{c}`") for c in groups + sums],
                                      F.col(COUNT).cast("bigint").alias(COUNT))
+
+
+def _sum(agg: AggregateConfig, name: str, kind: T.DataType) -> Column:
+    """The batch's delta of one sum; an integer sum as bigint, its exact decimal total checked
+    (a tagged error names aggregate and column instead of Spark's bare ARITHMETIC_OVERFLOW)."""
+    total = F.sum(F.col(f"`{name}`"))
+    if not isinstance(kind, _INTEGRAL):
+        return total.alias(name)
+    tag = json.dumps({"aggregate": agg.name, "column": name})
+    fits = F.abs(total) <= F.lit(_BIGINT_MAX).cast("decimal(38,0)")
+    return F.when(fits | total.isNull(), total.cast("bigint")).otherwise(
+        F.raise_error(F.lit(f"[{_TAG} {tag}]")).cast("bigint")).alias(name)
+
+
+def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> None:
+    """Before any write of a batch: every integer or decimal sum of every aggregate, stored
+    value plus this batch's delta, must fit its column (the engines' MERGE arithmetic wraps a
+    bigint round silently: delta-rs 1.6 gave -8446744073709551615 for 5e18+1 + 5e18)."""
+    for agg in cfg.outputs.aggregates:
+        source = sources.get(f"aggregate:{agg.name}")
+        if source is None or engine.known_empty(source):
+            continue
+        names = [n for n, _ in agg.sums]
+        table = source.data if isinstance(source, Computed) else \
+            source.select(GROUP_KEY, *[f"`{n}`" for n in names]).toArrow()
+        checked = [n for n in names if _limit(table.schema.field(n).type) is not None]
+        if not checked or table.num_rows == 0:
+            continue
+        keys = table.column(GROUP_KEY).to_pylist()
+        stored = engine.read_arrow(str(agg.path), [GROUP_KEY, *checked], where_in=(GROUP_KEY, keys))
+        before = {r[GROUP_KEY]: r for r in (stored.to_pylist() if stored is not None else [])}
+        types = {n: (stored if stored is not None else table).schema.field(n).type for n in checked}
+        limits = {n: _limit(types[n]) or _limit(table.schema.field(n).type) for n in checked}
+        for row in table.select([GROUP_KEY, *checked]).to_pylist():
+            for n in checked:
+                old = (before.get(row[GROUP_KEY]) or {}).get(n) or 0
+                new = Decimal(old) + Decimal(row[n] or 0)
+                if abs(new) > limits[n]:
+                    raise AggregateOverflow(
+                        cfg, agg.name, n, f"would reach {new} in group {row[GROUP_KEY]} (stored "
+                        f"{old}, this batch {row[n]:+}), beyond its column type {types[n]}")
+
+
+def _limit(t: Any) -> Decimal | None:
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return Decimal(2 ** (t.bit_width - 1) - 1)
+    if pa.types.is_decimal(t):
+        return Decimal(10) ** (t.precision - t.scale) - Decimal(1).scaleb(-t.scale)
+    return None
 
 
 def _group_key(out: DataFrame, groups: list[str]) -> Column:

@@ -31,6 +31,7 @@ from cdc_lake.checkpoint import instance_id
 from cdc_lake.checkpoint_log import (PipelineStateError, remove_unfinished_writes,
                                       validate_checkpoint)
 from cdc_lake.engines import Engine, select_engine
+from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
 from cdc_lake.enrich.preflight import preflight
@@ -157,6 +158,9 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
         query = ws.start()
         query.awaitTermination()
     except Exception as e:
+        overflow = agg_mod.overflow_in(cfg, errors[0] if errors else e)
+        if overflow is not None:
+            raise overflow from None
         if errors:
             if cfg.fact.kind == "change_feed":
                 _raise_unavailable(cfg, errors[0])

@@ -290,6 +290,8 @@ class EnrichBatch:
         sources = self.engine.compute({t: f for t, f in prepared.items() if f is not None},
                                       rows=2 * (sum(counts.values()) + sum(fates.values())))
         phases.mark("compute")
+        # an integer sum that would leave its type (the MERGE would wrap it): stop before writes
+        agg_mod.check_ranges(self.engine, cfg, sources)
         # a fact twice in a MERGE source matched two rows of a dimension: stop before any write
         if keys_mod.duplicated_merge_keys(sources, ("enriched", "pending"), self.keys):
             self._stop(batch_id, keys_mod.dimension_violation(cfg, cands, fated, frames, batch_id))

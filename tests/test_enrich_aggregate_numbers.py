@@ -1,0 +1,104 @@
+"""Aggregate sums at the edges of their types (tester, 2026-11-27).
+
+* A ``bigint`` sum that passes 2^63-1 across batches wrapped round in the MERGE (5e18+1 + 5e18
+  stored as -8446744073709551615, exit 0); within one batch it failed with Spark's bare
+  ARITHMETIC_OVERFLOW (exit 1, retried for ever). Both now stop before anything is written,
+  exit 3 naming aggregate, column and group, and the printed recovery (a decimal sum and
+  ``--reprocess``) gives the exact total.
+* A NaN or ±Infinity contribution to a ``double`` sum stayed in the group for good (a signed
+  delta cannot withdraw NaN); it now counts as 0 (docs/enrichment.md).
+
+Truth: exact Python integers and floats over the upstream rows, written here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+from test_enrich_safety import _read, cli, products, upsert, write_yaml
+
+FACTS = pa.schema([("line_id", pa.int64()), ("product_id", pa.int64()), ("qty", pa.int64()),
+                   ("w", pa.float64())])
+YAML = """
+    kind: enrich
+    pipeline: nums
+    fact: {change_feed: lake/facts, keys: [line_id]}
+    dimensions:
+      products: {table: lake/products, keys: [id], scd: 1, on: {product_id: id},
+                 columns: {category: cat}}
+    late_members: {wait: 1d}
+    outputs:
+      enriched: gold/lines
+      aggregates:
+        units: {group_by: [category], sums: {units: QTY_EXPR, wsum: w}}
+    engine: {name: deltalake}
+    spark: {conf: {spark.sql.shuffle.partitions: "2"}}
+"""
+BIG = 5 * 10**18
+
+
+def facts(root: Path, *rows: tuple) -> None:
+    upsert(root / "lake/facts", list(rows), FACTS, "line_id")
+
+
+def agg(root: Path) -> dict:
+    return {r["category"]: (r["units"], r["wsum"], r["count"]) for r in _read(root / "gold/units")}
+
+
+def truth(root: Path) -> dict:
+    cats = {r["id"]: r["cat"] for r in _read(root / "lake/products")}
+    out: dict = {}
+    for f in _read(root / "lake/facts"):
+        units, wsum, n = out.get(cats[f["product_id"]], (0, 0.0, 0))
+        w = f["w"] if f["w"] is not None and math.isfinite(f["w"]) else 0.0
+        out[cats[f["product_id"]]] = (units + f["qty"], wsum + w, n + 1)
+    return out
+
+
+def test_integer_sums_stop_before_they_wrap_and_nan_is_withdrawn(tmp_path: Path, capsys) -> None:
+    yaml = write_yaml(tmp_path, YAML.replace("QTY_EXPR", "qty"))
+    products(tmp_path, (10, "a"), (20, "b"))
+    facts(tmp_path, (1, 10, BIG, 1.0), (2, 10, 1, float("nan")), (3, 20, 7, float("inf")))
+    code, out = cli(capsys, yaml, "--run-id", "r1")
+    assert code == 0, out[-3000:]
+    assert agg(tmp_path) == truth(tmp_path) == {"a": (BIG + 1, 1.0, 2), "b": (7, 0.0, 1)}
+
+    facts(tmp_path, (2, 10, 1, 2.0), (3, 20, 7, 0.5))  # the NaN and the Infinity leave
+    code, out = cli(capsys, yaml, "--run-id", "r2")
+    assert code == 0, out[-3000:]
+    assert agg(tmp_path) == truth(tmp_path) == {"a": (BIG + 1, 3.0, 2), "b": (7, 0.5, 1)}
+
+    # across batches: 5e18+1 stored, 5e18 more would wrap round in the MERGE
+    before = {t: _read(tmp_path / "gold" / t) for t in ("units", "lines")}
+    facts(tmp_path, (4, 10, BIG, 0.0))
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    last = out.strip().splitlines()[-1]
+    assert code == 3 and last.startswith("[enrich] NEEDS RECOVERY"), out[-3000:]
+    assert "outputs.aggregates.units.sums.units" in last and '{"category":"a"}' in last, last
+    assert f"would reach {2 * BIG + 1}" in last and "nothing of this batch was written" in last
+    assert {t: _read(tmp_path / "gold" / t) for t in ("units", "lines")} == before
+
+    # the printed recovery: a decimal sum, --reprocess; exact
+    assert 'CAST(qty AS DECIMAL(38,0))' in last and "--reprocess" in last, last
+    write_yaml(tmp_path, YAML.replace("QTY_EXPR", '"CAST(qty AS DECIMAL(38,0))"'))
+    code, out = cli(capsys, yaml, "--run-id", "r4", "--reprocess")
+    assert code == 0, out[-3000:]
+    got = agg(tmp_path)
+    assert got == truth(tmp_path) and got["a"][0] == Decimal(2 * BIG + 1), got
+
+
+def test_an_integer_sum_beyond_bigint_within_one_batch_names_the_aggregate(tmp_path: Path,
+                                                                           capsys) -> None:
+    yaml = write_yaml(tmp_path, YAML.replace("QTY_EXPR", "qty"))
+    products(tmp_path, (10, "a"))
+    facts(tmp_path, (1, 10, BIG, 0.0), (2, 10, BIG, 0.0))
+    code, out = cli(capsys, yaml, "--run-id", "r1")
+    last = out.strip().splitlines()[-1]
+    assert code == 3 and last.startswith("[enrich] NEEDS RECOVERY"), out[-3000:]
+    assert re.search(r"outputs\.aggregates\.units\.sums\.units \('qty'\) adds up to more than a "
+                     r"bigint holds within one batch", last), last
+    assert not _read(tmp_path / "gold/units")
