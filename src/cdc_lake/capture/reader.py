@@ -8,6 +8,7 @@ file, and the resume position is saved only after the file holding them was rena
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -52,13 +53,17 @@ class _Stop(Exception):
     pass
 
 
-def _savepoint_name(sql: str) -> str:
-    """``SAVEPOINT `a b``` / ``ROLLBACK TO [SAVEPOINT] a`` -> the name (case-insensitive)."""
-    words = sql.split(None, 1)[1].strip() if len(sql.split(None, 1)) > 1 else ""
-    for w in ("WORK ", "TO ", "SAVEPOINT "):
-        if words.upper().startswith(w):
-            words = words[len(w):].strip()
-    return words.strip("`").replace("``", "`").lower()
+_ROLLBACK = re.compile(r"^ROLLBACK(?:\s+WORK)?(?:\s+TO\s+(?:SAVEPOINT\s+)?(?P<name>.+))?$",
+                       re.IGNORECASE | re.DOTALL)
+_SAVEPOINT = re.compile(r"^SAVEPOINT\s+(?P<name>.+)$", re.IGNORECASE | re.DOTALL)
+
+
+def _savepoint_name(text: str) -> str:
+    """A savepoint name as written (`` `a b` `` or ``a``) -> its name (case-insensitive)."""
+    text = text.strip()
+    if text.startswith("`") and text.endswith("`"):
+        text = text[1:-1].replace("``", "`")
+    return text.lower()
 
 
 class MaxwellCapture:
@@ -376,17 +381,20 @@ class MaxwellCapture:
                         if word == "BEGIN":
                             in_txn = True
                             continue
-                        if word == "SAVEPOINT" and in_txn:
-                            self.txn.savepoint(_savepoint_name(sql))
+                        sp = _SAVEPOINT.match(sql)
+                        if sp and in_txn:
+                            self.txn.savepoint(_savepoint_name(sp.group("name")))
                             continue
-                        if word == "ROLLBACK" and len(sql.split()) > 1 and in_txn:
+                        rb = _ROLLBACK.match(sql)
+                        if rb and rb.group("name") and in_txn:
                             # ROLLBACK TO sp: logged when the transaction also changed a
                             # non-transactional table; the transactional rows after sp go
-                            self.txn.rollback_to(_savepoint_name(sql))
+                            self.txn.rollback_to(_savepoint_name(rb.group("name")))
                             continue
-                        if word in ("COMMIT", "ROLLBACK") and len(sql.split()) == 1:
+                        if (rb and not rb.group("name")) or (word == "COMMIT"
+                                                              and len(sql.split()) == 1):
                             # non-transactional engines: their changes stay even on ROLLBACK
-                            if word == "ROLLBACK":
+                            if rb:
                                 self.txn.rollback()
                             self._end_txn(int(ev.timestamp), None, pos, result)
                             in_txn = standalone = False
