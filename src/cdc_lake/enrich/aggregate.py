@@ -148,6 +148,10 @@ def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> 
         checked = [n for n in names if _limit(table.schema.field(n).type) is not None]
         if not checked or table.num_rows == 0:
             continue
+        bound = _stored_bound(agg.path, checked)
+        checked = [n for n in checked if not _fits(table, n, bound.get(n))]
+        if not checked:
+            continue  # the files' statistics prove every total fits: no lookup
         keys = table.column(GROUP_KEY).to_pylist()
         stored = engine.read_arrow(str(agg.path), [GROUP_KEY, *checked], where_in=(GROUP_KEY, keys))
         before = {r[GROUP_KEY]: r for r in (stored.to_pylist() if stored is not None else [])}
@@ -161,6 +165,42 @@ def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> 
                     raise AggregateOverflow(
                         cfg, agg.name, n, f"would reach {new} in group {row[GROUP_KEY]} (stored "
                         f"{old}, this batch {row[n]:+}), beyond its column type {types[n]}")
+
+
+def _stored_bound(path: Any, names: list[str]) -> dict[str, int]:
+    """Largest absolute stored value per integer column, from the Delta log's file statistics
+    (exact for integer columns; delta-rs's decimal statistics are not relied on); a column
+    without statistics is left out."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    try:
+        actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+    except Exception:  # noqa: BLE001 - no table yet / unreadable: look the groups up
+        return {}
+    out: dict[str, int] = {}
+    for n in names:
+        lo, hi = f"min.{n}", f"max.{n}"
+        if lo not in actions.column_names or not pa.types.is_integer(actions.schema.field(lo).type):
+            continue
+        values = actions.column(lo).to_pylist() + actions.column(hi).to_pylist()
+        if actions.num_rows and all(v is not None for v in values):
+            out[n] = max(abs(v) for v in values)
+    return out
+
+
+def _fits(table: Any, name: str, bound: int | None) -> bool:
+    """Whether every stored value (|v| <= bound) plus any delta of the batch fits the column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = table.schema.field(name).type
+    if bound is None or not pa.types.is_integer(t):
+        return False
+    mm = pc.min_max(table.column(name)).as_py()
+    if mm["min"] is None:
+        return True
+    return bound + max(abs(mm["min"]), abs(mm["max"])) <= _limit(t)
 
 
 def _limit(t: Any) -> Decimal | None:
