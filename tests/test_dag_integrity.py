@@ -229,6 +229,11 @@ def test_schedule_kinds(monkeypatch, tmp_path):
     write_pipeline(tmp_path, "preset", extra="schedule: '@daily'\n")
     write_pipeline(tmp_path, "down", extra=f"schedule: {{assets: ['{upstream.uri}']}}\n")
     write_pipeline(tmp_path, "manual")
+    # tester: a list of Assets was Airflow's AND (the DAG waited for both tables), and a path
+    # relative to the YAML became the literal URI "lake/up/orders" that no writer emits
+    other = Asset((tmp_path / "lake/other/orders").as_uri())
+    write_pipeline(tmp_path, "any", extra=f"schedule: {{assets: [lake/up/orders, '{other.uri}']}}\n")
+    write_pipeline(tmp_path, "anyt", extra="schedule: {assets: [lake/up/orders], every: 1d}\n")
 
     bag = load_bag(monkeypatch, tmp_path)
 
@@ -240,6 +245,10 @@ def test_schedule_kinds(monkeypatch, tmp_path):
     # the downstream pipeline runs when the upstream pipeline's orders table is updated
     assert upstream in bag.dags["up"].tasks[0].outlets
     assert list(bag.dags["down"].timetable.asset_condition.objects) == [upstream]
+    cond = bag.dags["any"].timetable.asset_condition
+    assert type(cond).__name__ == "AssetAny" and list(cond.objects) == [upstream, other], cond
+    cond = bag.dags["anyt"].timetable.asset_condition
+    assert type(cond).__name__ == "AssetAny" and list(cond.objects) == [upstream], cond
 
 
 def test_delta_spark_engine_gets_packages_or_jars(monkeypatch, tmp_path):

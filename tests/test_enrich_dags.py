@@ -225,6 +225,14 @@ def test_dimension_exit_codes(tmp_path, monkeypatch, fake_spark, code, outcome):
         assert summary["status"] == "succeeded"
         assert summary["args"] == ["--pipeline", str(cfg.file), "--date", "2026-01-02", "--run-id",
                                    "scheduled__2026-01-02T02:00:00+00:00"]
+        # a manual run without a logical date (tester: "'ds' is undefined", the task failed)
+        from datetime import UTC, datetime
+        from types import SimpleNamespace
+
+        op = DimensionRefreshOperator(task_id="refresh", pipeline=cfg)
+        run = SimpleNamespace(run_after=datetime(2026, 11, 27, 5, 30, tzinfo=UTC), conf={})
+        args = op.render_template(op.application_args, {"run_id": "manual__x", "dag_run": run})
+        assert args[args.index("--date") + 1] == "2026-11-27", args
         return
     with pytest.raises(outcome) as e:
         _run(op)
@@ -250,6 +258,19 @@ def test_enrich_exit_codes(tmp_path, monkeypatch, fake_spark, code, outcome):
     assert type(e.value) is outcome
     if code == 3:
         assert "--reprocess" in str(e.value)
+
+
+@needs_enrich
+def test_a_locked_reprocess_run_fails_instead_of_skipping(tmp_path, monkeypatch, fake_spark):
+    """Tester: exit 75 skipped the task and the DAG run was "success", so the requested
+    rebuild was dropped silently (the CDC kind fails a locked full refresh)."""
+    from cdc_lake.airflow.enrich_operator import EnrichSparkSubmitOperator
+
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "75")
+    cfg = load_pipeline(_folder(tmp_path) / "order_lines.yaml")
+    with pytest.raises(AirflowFailException) as e:
+        _run(EnrichSparkSubmitOperator(task_id="enrich", pipeline=cfg), params={"reprocess": True})
+    assert "--reprocess" in str(e.value) and "trigger it again" in str(e.value), e.value
 
 
 @needs_enrich

@@ -117,3 +117,12 @@ def test_top_reasons_count_kinds_not_rows(tmp_path):
     assert [(r["reason"], r["count"]) for r in got] == [
         ("malformed JSON; line of N bytes '…'", 3), ("table t column id: value '…' is not a valid bigint", 2)]
     assert got[0]["example"] == reasons[0]
+
+
+def test_reason_kinds_keep_digits_inside_names() -> None:
+    """Tester: "not in e1.yaml" was counted as "not in eN.yaml" in the top reasons."""
+    from cdc_lake.quarantine_limits import reason_kind
+
+    assert reason_kind("line of 8 bytes '{bad'") == reason_kind("line of 12 bytes '{x'") \
+        == "line of N bytes '…'"
+    assert reason_kind("unknown table shop.t2 (not in e1.yaml)") == "unknown table shop.t2 (not in e1.yaml)"

@@ -79,14 +79,15 @@ def parse_quarantine_limits(r: Any) -> QuarantineLimits:
 
 
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")  # not the digits of a name (e1.yaml)
 
 
 def reason_kind(reason: str) -> str:
     """A quarantine reason without its row's particulars (quoted values become ``'…'``, numbers
     ``N``), so that "line of 8 bytes '{bad'" and "line of 7 bytes '{bd'" count as one kind.
 
-    Example: ``reason_kind("line of 8 bytes '{bad'")`` -> ``"line of N bytes '…'"``."""
+    Example: ``reason_kind("line of 8 bytes '{bad'")`` -> ``"line of N bytes '…'"``; digits inside
+    a name stay (``not in e1.yaml``)."""
     return _NUMBER.sub("N", _QUOTED.sub("'…'", reason))
 
 

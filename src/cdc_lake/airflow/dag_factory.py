@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, AssetAll, CronTriggerTimetable, DeltaTriggerTimetable
+from airflow.sdk import (DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable,
+                         DeltaTriggerTimetable)
 from airflow.sdk.exceptions import AirflowTimetableInvalid
 
 from cdc_lake.airflow import pipelines_dir
-from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+from cdc_lake.airflow.operator import CdcSparkSubmitOperator, table_asset
 from cdc_lake.airflow.params import build_params
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError, Schedule, load_all
@@ -180,9 +181,10 @@ def build_doc_md(cfg: PipelineConfig) -> str:
         "none": "manual only",
         "cron": f"cron `{cfg.schedule.cron}`",
         "interval": f"every {cfg.schedule.interval}",
-        "assets": "when these Assets update: " + ", ".join(f"`{a}`" for a in cfg.schedule.assets),
-        "assets_or_time": (f"when these Assets update or {cfg.schedule.cron or cfg.schedule.interval}: "
-                           + ", ".join(f"`{a}`" for a in cfg.schedule.assets)),
+        "assets": "when any of these Assets updates: " + ", ".join(
+            f"`{_asset_text(a, cfg.file)}`" for a in cfg.schedule.assets),
+        "assets_or_time": (f"when any of these Assets updates or {cfg.schedule.cron or cfg.schedule.interval}: "
+                           + ", ".join(f"`{_asset_text(a, cfg.file)}`" for a in cfg.schedule.assets)),
     }[cfg.schedule.kind]
     rows = "\n".join(
         f"| `{t.name}` | `{t.database or '*'}.{t.source_table}` "
@@ -248,22 +250,39 @@ def _resolve_schedule(cfg: PipelineConfig) -> Any:
         if s.interval <= timedelta(0):
             raise ConfigError(cfg.file, "schedule.every", "must be a positive duration like '30m'")
         return s.interval
-    if s.kind == "assets_or_time":  # {assets: [...], every|cron: ...}: whichever comes first
-        from airflow.sdk import AssetOrTimeSchedule
-
-        timed = _resolve_schedule(replace(cfg, schedule=Schedule(
-            "cron" if s.cron else "interval", cron=s.cron, interval=s.interval)))
-        timetable = (CronTriggerTimetable(timed, timezone="UTC") if isinstance(timed, str)
-                     else DeltaTriggerTimetable(timed))
-        assets = _resolve_schedule(replace(cfg, schedule=Schedule("assets", assets=s.assets)))
-        return AssetOrTimeSchedule(timetable=timetable, assets=AssetAll(*assets))  # type: ignore[misc]
+    if s.kind not in ("assets", "assets_or_time"):
+        return None
+    # {assets: [...]}: a run when ANY of them updates (the README's "whichever comes first";
+    # a plain list would be Airflow's AND: a DAG on two tables waited for both, tester)
+    assets = []
+    for i, entry in enumerate(s.assets):
+        try:
+            assets.append(asset_for(entry, cfg.file))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(cfg.file, f"schedule.assets[{i}]", f"{entry!r} is not a table path or "
+                              f"usable Asset URI: {e}") from None
+    condition = AssetAny(*assets)
     if s.kind == "assets":
-        assets = []
-        for i, uri in enumerate(s.assets):
-            try:
-                assets.append(Asset(uri))
-            except (ValueError, TypeError) as e:
-                raise ConfigError(cfg.file, f"schedule.assets[{i}]", f"{uri!r} is not a usable Asset URI: {e}") \
-                    from None
-        return assets
-    return None
+        return condition
+    timed = _resolve_schedule(replace(cfg, schedule=Schedule(  # {assets, every|cron}: either
+        "cron" if s.cron else "interval", cron=s.cron, interval=s.interval)))
+    timetable = (CronTriggerTimetable(timed, timezone="UTC") if isinstance(timed, str)
+                 else DeltaTriggerTimetable(timed))
+    return AssetOrTimeSchedule(timetable=timetable, assets=condition)
+
+
+def _asset_text(entry: str, yaml_file: Path) -> str:
+    try:
+        return asset_for(entry, yaml_file).uri
+    except (ValueError, TypeError):
+        return entry  # _resolve_schedule names the bad entry
+
+
+def asset_for(entry: str, yaml_file: Path) -> Asset:
+    """A ``schedule.assets`` entry -> Asset: a URI as is, a path (relative to the YAML's folder)
+    as :func:`~cdc_lake.airflow.operator.table_asset`, the URI a table's writer emits (a relative
+    path used to become the literal URI ``../lake/x``, which no writer emits; tester)."""
+    if "://" in entry:
+        return Asset(entry)
+    p = Path(entry).expanduser()
+    return table_asset(p if p.is_absolute() else yaml_file.parent / p)

@@ -22,53 +22,24 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable
+from airflow.sdk import DAG
 from airflow.sdk.definitions.param import Param
 
 from cdc_lake.airflow.dag_factory import (BASE_TAGS, MAX_RETRY_DELAY, RETRY_BACKOFF, RETRY_DELAY,
-                                          _resolve_schedule, _resolve_start_date)
+                                          _resolve_schedule, _resolve_start_date, asset_for)
 from cdc_lake.airflow.enrich_operator import (DimensionRefreshOperator, EnrichSparkSubmitOperator,
                                               enrich_output_paths)
 from cdc_lake.airflow.operator import table_asset
-from cdc_lake.config import ConfigError, Schedule
 
 ENRICH_TASK_ID = "enrich"
 DIMENSION_TASK_ID = "refresh"
 
 
-def asset_for(entry: str, yaml_file: Path) -> Asset:
-    """A ``schedule.assets`` entry -> Asset: a URI as is, a path (relative to the YAML) as
-    :func:`~cdc_lake.airflow.operator.table_asset` (the CDC DAGs' outlet URI)."""
-    if "://" in entry:
-        return Asset(entry)
-    p = Path(entry).expanduser()
-    return table_asset(p if p.is_absolute() else yaml_file.parent / p)
-
-
 def enrich_schedule(cfg: Any) -> Any:
-    """The enrichment DAG's ``schedule`` (see the module docstring)."""
-    s: Schedule = cfg.schedule
-    if s.kind not in ("assets", "assets_or_time"):
-        return _resolve_schedule(cfg)
-    assets = []
-    for i, entry in enumerate(s.assets):
-        try:
-            assets.append(asset_for(entry, cfg.file))
-        except (ValueError, TypeError) as e:
-            raise ConfigError(cfg.file, f"schedule.assets[{i}]", f"{entry!r} is not a table path or "
-                              f"usable Asset URI: {e}") from None
-    condition = AssetAny(*assets)
-    if s.kind == "assets":
-        return condition
-    timed = _resolve_schedule(replace(cfg, schedule=Schedule(
-        "cron" if s.cron else "interval", cron=s.cron, interval=s.interval)))
-    timetable = (CronTriggerTimetable(timed, timezone="UTC") if isinstance(timed, str)
-                 else DeltaTriggerTimetable(timed))
-    return AssetOrTimeSchedule(timetable=timetable, assets=condition)
+    """The enrichment DAG's ``schedule``: the same rules as every kind's (``_resolve_schedule``)."""
+    return _resolve_schedule(cfg)
 
 
 def _schedule_text(cfg: Any) -> str:
@@ -140,10 +111,13 @@ Each run applies `{s.path}/{s.pattern}` with `date` = the run's logical date (`{
 `{table_asset(cfg.table).uri}` (also this task's outlet Asset). A date older than the last
 applied date changes nothing; the same date again changes nothing.
 
-Backfill: `airflow backfill create --dag-id {cfg.name} --from-date A --to-date B --max-active-runs 1`.
+Backfill: `airflow backfill create --dag-id {cfg.name} --from-date A --to-date B --max-active-runs 1
+--reprocess-behavior failed` (Airflow requires a reprocess behaviour with `depends_on_past`).
 Runs apply in date order, one at a time (`depends_on_past`: a date waits for the previous date's
 run to succeed; a failed date — e.g. a missing snapshot — holds the later ones until it is fixed
-and cleared, or marked success to skip it).
+and cleared, or marked success to skip it; in a backfill, set the next date's run back to queued
+after clearing: docs/airflow.md). A manual run without a logical date applies the snapshot of
+the UTC day it was triggered for.
 """,
         schedule=_resolve_schedule(cfg),
         start_date=_resolve_start_date(cfg),

@@ -161,13 +161,19 @@ class EnrichSparkSubmitOperator(_KindOperator):
     def _raise_for_exit_code(self, error: AirflowException) -> None:
         code, name = self._code(), self.pipeline.name
         tail = self._hook.output_tail if isinstance(self._hook, CdcSparkSubmitHook) else []
+        if code == 75 and "--reprocess" in self._run_params.to_cli_args():
+            raise AirflowFailException(  # a skip would drop the requested rebuild silently
+                f"Enrichment {name!r} is locked by another run (exit 75); nothing was rebuilt. This "
+                "run asked for --reprocess: trigger it again when the other run has finished."
+                f"{_lock_lines(tail)}") from error
         if code == 75:
             raise AirflowSkipException(
                 f"Enrichment {name!r} is locked by another run (exit 75); skipped: the holder "
                 f"processes everything new since the checkpoint.{_lock_lines(tail)}") from error
         if code == 2:
             raise AirflowFailException(f"Enrichment {name!r}: the job rejected its config or "
-                                       f"arguments (exit 2); not retrying. {error}") from error
+                                       f"arguments (exit 2); not retrying.{_job_lines(tail, 'enrich')}"
+                                       ) from error
         if code == 3:
             raise AirflowFailException(
                 f"Enrichment {name!r}: an upstream change feed is unavailable or the upstream "
@@ -175,11 +181,12 @@ class EnrichSparkSubmitOperator(_KindOperator):
                 "(exit 3); not retrying. The job's message below names the recovery: fix the "
                 "upstream table and clear this task, or a manual run with param reprocess=true "
                 f"(spark_jobs/enrich.py --pipeline {self.pipeline.file} --reprocess)."
-                + "\n" + "\n".join(tail[-5:])) from error
+                + _job_lines(tail, "enrich")) from error
 
 
 class DimensionRefreshOperator(_KindOperator):
-    """Refresh one dimension table from the snapshot of the run's logical date (``{{ ds }}``)."""
+    """Refresh one dimension table from the snapshot of the run's logical date (``{{ ds }}``; a
+    manual run without a logical date: the UTC day of its ``run_after``)."""
 
     ui_color = "#e8dcf5"
     kind_label = "Dimension refresh"
@@ -189,8 +196,11 @@ class DimensionRefreshOperator(_KindOperator):
         if "outlets" not in kwargs:
             kwargs["outlets"] = [table_asset(pipeline.table)]
         kwargs.setdefault("application", str(DIMENSION_JOB))
-        kwargs.setdefault("application_args", ["--pipeline", str(pipeline.file), "--date", "{{ ds }}",
-                                               "--run-id", "{{ run_id }}"])
+        # the logical date's snapshot; a manual run without a logical date (Airflow 3 allows
+        # one) takes the day it was triggered for (run_after, UTC): 'ds' is undefined there
+        kwargs.setdefault("application_args", [
+            "--pipeline", str(pipeline.file), "--date",
+            "{{ ds if ds is defined and ds else (dag_run.run_after | ds) }}", "--run-id", "{{ run_id }}"])
         super().__init__(pipeline=pipeline, conn_id=conn_id, **kwargs)
 
     def _extra_args(self, context: Context) -> list[str]:
@@ -206,17 +216,25 @@ class DimensionRefreshOperator(_KindOperator):
     def _raise_for_exit_code(self, error: AirflowException) -> None:
         code, name = self._code(), self.pipeline.name
         tail = self._hook.output_tail if isinstance(self._hook, CdcSparkSubmitHook) else []
-        last = "\n".join(tail[-3:])
+        last = _job_lines(tail, "dimension")
         if code == 75:
             raise AirflowException(
                 f"Dimension {name!r} is locked by another run (exit 75); failing so Airflow retries: "
                 f"this date must still be applied.{_lock_lines(tail)}") from error
         if code == 2:
             raise AirflowFailException(f"Dimension {name!r}: the job rejected its config or arguments "
-                                       f"(exit 2); not retrying.\n{last}") from error
+                                       f"(exit 2); not retrying.{last}") from error
         if code == 3:
             raise AirflowFailException(f"Dimension {name!r}: the snapshot is not a valid full snapshot "
-                                       f"(exit 3); fix the file, then clear this task.\n{last}") from error
+                                       f"(exit 3); fix the file, then clear this task.{last}") from error
         if code == 66:
             raise AirflowException(f"Dimension {name!r}: the snapshot file is not there yet (exit 66); "
-                                   f"retrying.\n{last}") from error
+                                   f"a retry (if the task has retries left) looks again.{last}"
+                                   ) from error
+
+
+def _job_lines(tail: list[str], kind: str) -> str:
+    """The job's own lines (``[enrich] ...`` / ``[dimension] ...``: the reason and the recovery)
+    from the driver output, last 5; Spark's shutdown lines come after them."""
+    lines = [line for line in tail if f"[{kind}]" in line]
+    return ("\n" + "\n".join(lines[-5:])) if lines else ("\n" + "\n".join(tail[-5:]) if tail else "")
