@@ -364,3 +364,53 @@ def test_declared_schema_takes_csv_columns_by_header_name(spark, tmp_path):
             run_refresh(cfg, date=d, spark=spark, run_id=d)
         assert words in str(e.value) and f"{d}.csv" in str(e.value), str(e.value)
     assert DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist() == rows
+
+
+def test_snapshot_shapes_a_tester_met(spark, tmp_path):
+    """Tester, 2026-11-27: a declared ``decimal(10,2)`` stored 2.0000000000000000001 as 2.00
+    (exit 0: the check compared as decimal(38,18), which rounds past 18 places); a quoted value
+    with a line break failed with exit 1; a map column was accepted on day 1 and every later
+    date failed in the MERGE (exit 1); an export folder named like the file was "missing"
+    (exit 66, retried for ever); a ``.csv.gz`` failed the header check (UnicodeDecodeError)."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    snaps = tmp_path / "snaps"
+    snaps.mkdir()
+    yaml = tmp_path / "dim.yaml"
+    yaml.write_text("kind: dimension\npipeline: shapes\nsnapshots: {path: snaps, format: csv, "
+                    "pattern: '{date}.csv.gz'}\nkeys: [id]\nscd: 1\n"
+                    "schema: {id: bigint, price: 'decimal(10,2)', note: string}\n"
+                    "table: lake/shapes\nengine: {name: deltalake}\n", encoding="utf-8")
+    cfg = load_pipeline(yaml)
+
+    def day(d: str, text: str) -> None:
+        (snaps / f"{d}.csv.gz").write_bytes(gzip.compress(text.encode("utf-8")))
+
+    day("2026-01-01", 'id,price,note\n1,2.50,"two\nlines"\n2,0.10,plain\n')
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="d1")["status"] == "succeeded"
+    rows = {r["id"]: (str(r["price"]), r["note"])
+            for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    assert rows == {1: ("2.50", "two\nlines"), 2: ("0.10", "plain")}, rows
+    for d, price in (("2026-01-02", "2.0000000000000000001"), ("2026-01-03", "1e-20")):
+        day(d, f"id,price,note\n1,{price},x\n")
+        with pytest.raises(SnapshotInvalid) as e:
+            run_refresh(cfg, date=d, spark=spark, run_id=d)
+        assert "'price'" in str(e.value) and price in str(e.value), str(e.value)
+    (snaps / "2026-01-04.csv.gz").mkdir()
+    with pytest.raises(SnapshotInvalid, match="is a directory"):
+        run_refresh(cfg, date="2026-01-04", spark=spark, run_id="d4")
+
+    pyaml = tmp_path / "maps.yaml"
+    pyaml.write_text("kind: dimension\npipeline: maps\nsnapshots: {path: psnaps, format: parquet}\n"
+                     "keys: [id]\nscd: 1\ntable: lake/maps\nengine: {name: deltalake}\n",
+                     encoding="utf-8")
+    (tmp_path / "psnaps").mkdir()
+    pq.write_table(pa.table({"id": [1], "m": pa.array([{"a": 1}], pa.map_(pa.string(), pa.int64()))}),
+                   tmp_path / "psnaps" / "2026-01-01.parquet")
+    with pytest.raises(SnapshotInvalid, match=r"\['m'\] hold maps"):
+        run_refresh(load_pipeline(pyaml), date="2026-01-01", spark=spark, run_id="m1")

@@ -111,6 +111,12 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
     (:data:`SCD1_META` / :data:`SCD2_META`, any case) raises :class:`SnapshotInvalid`.
     """
     f = cfg.snapshot_file(date)
+    if f.is_dir():  # a Spark/Hive-style export folder: not "missing" (exit 66 retried for ever)
+        raise SnapshotInvalid(
+            f"{f}: the snapshot for {date} is a directory (snapshots.pattern "
+            f"{cfg.snapshots.pattern!r} of {cfg.file} must name one file per date), so nothing "
+            "was written. Export one file (e.g. coalesce(1) and move the part file to this "
+            "name), or point the pattern at it")
     if not f.is_file():
         raise SnapshotMissing(
             f"{cfg.file}: snapshot for {date} not found: expected {f} (snapshots.path + "
@@ -121,8 +127,10 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
            f"`schema:` of {cfg.file}")
     if s.format == "csv":
         def reader():  # type: ignore[no-untyped-def]
+            # multiLine: a quoted value may hold a line break (valid CSV; it failed with
+            # malformedCSVRecordError, exit 1; tester)
             return spark.read.option("header", str(s.header).lower()).option("sep", s.delimiter) \
-                .option("mode", "FAILFAST")
+                .option("mode", "FAILFAST").option("multiLine", "true")
         if s.header:
             _check_header(f, s.delimiter)
         if cfg.schema and s.header:
@@ -165,7 +173,10 @@ def _check_header(f: Path, delimiter: str) -> None:
     ``Cat1`` and ``cat2``), which would be stored as new columns."""
     import csv
 
-    with open(f, encoding="utf-8-sig", newline="") as fh:
+    import gzip
+
+    opener = gzip.open if f.name.endswith(".gz") else open  # Spark reads .csv.gz too
+    with opener(f, "rt", encoding="utf-8-sig", newline="") as fh:
         header = next(csv.reader(fh, delimiter=delimiter), [])
     seen: dict[str, str] = {}
     for name in header:
@@ -180,6 +191,12 @@ def _check_header(f: Path, delimiter: str) -> None:
 def _check_reserved(df: DataFrame, cfg: DimensionPipelineConfig, where: str) -> DataFrame:
     """Refuse a file column named like one the job maintains (compared case-insensitively, as
     Spark and Delta resolve names): it would clash with the job's own column in the table."""
+    maps = [x.name for x in df.schema.fields if "map<" in x.dataType.simpleString()]
+    if maps:  # the MERGE compares columns with <=>, which maps do not support
+        raise SnapshotInvalid(
+            f"{where}: column(s) {maps} hold maps, which the refresh cannot compare between "
+            "snapshots (the next date would fail in the MERGE), so nothing was written. Export "
+            "them as JSON text or as arrays of key/value structs, or drop them")
     meta = SCD1_META if cfg.scd == 1 else SCD2_META
     clash = [c for c in df.columns if c.lower() in meta]
     if clash:
