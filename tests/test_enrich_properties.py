@@ -108,7 +108,7 @@ def test_random_history_matches_reference(spark, tmp_path, monkeypatch, wait_zer
     if read == "stream":
         monkeypatch.setattr(change_feed, "DRIVER_READ_MAX_ROWS", -1)
     seed = new_seed()
-    hist = random_history(random.Random(seed), steps=6, run_prob=0.3, seed=seed)  # slow: 15-40
+    hist = random_history(random.Random(seed), steps=5, run_prob=0.3, seed=seed)  # slow: 15-40
     summaries = check_history(spark, tmp_path, hist, model_config(wait_zero=wait_zero))
     driver_reads = sum(s.get("driver_read_batches", 0) for s in summaries)
     batches = sum(s.get("batches", 0) for s in summaries)

@@ -112,6 +112,10 @@ def aggregate_deltas(old: DataFrame | None, new: DataFrame, agg: AggregateConfig
     sums = [name for name, _ in agg.sums]
     kinds = {f.name: f.dataType for f in new.select(
         *[F.expr(expr).alias(name) for name, expr in agg.sums]).schema.fields}
+    if old is not None:  # an integer sum only if both sides are (old rows of a wider type: as is)
+        for f in old.select(*[F.expr(expr).alias(name) for name, expr in agg.sums]).schema.fields:
+            if not isinstance(f.dataType, _INTEGRAL):
+                kinds[f.name] = f.dataType
     out = parts.groupBy(*[F.col(f"`{g}`") for g in groups]).agg(
         *[_sum(agg, s, kinds[s]) for s in sums], F.sum(COUNT).alias(COUNT))
     nonzero = F.col(COUNT) != 0
