@@ -37,11 +37,6 @@ ENRICH_TASK_ID = "enrich"
 DIMENSION_TASK_ID = "refresh"
 
 
-def enrich_schedule(cfg: Any) -> Any:
-    """The enrichment DAG's ``schedule``: the same rules as every kind's (``_resolve_schedule``)."""
-    return _resolve_schedule(cfg)
-
-
 def _schedule_text(cfg: Any) -> str:
     s = cfg.schedule
     when = {"none": "manual only", "cron": f"cron `{s.cron}`", "interval": f"every {s.interval}",
@@ -78,7 +73,7 @@ Reads (upstream Delta tables):
 Asset-scheduled DAGs cannot be backfilled; each run reads everything new since the checkpoint,
 so trigger a run by hand (param `reprocess` rebuilds from the upstream snapshot). See docs/airflow.md.
 """,
-        schedule=enrich_schedule(cfg),
+        schedule=_resolve_schedule(cfg),  # every kind's rules (dag_factory)
         start_date=_resolve_start_date(cfg),
         catchup=False,
         max_active_runs=1,

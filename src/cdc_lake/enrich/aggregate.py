@@ -77,18 +77,23 @@ def _bucket(agg: AggregateConfig, event_time: str | None) -> list[Column]:
     return [F.date_trunc("hour", et).alias("hour")]
 
 
+def _sum_types(rows: DataFrame, agg: AggregateConfig) -> dict[str, T.DataType]:
+    """The type of each sum expression over ``rows`` (analysis only, no Spark job)."""
+    return {f.name: f.dataType for f in rows.select(
+        *[F.expr(expr).alias(name) for name, expr in agg.sums]).schema.fields}
+
+
 def _contributions(rows: DataFrame, agg: AggregateConfig, event_time: str | None,
-                   negative: bool) -> DataFrame:
+                   negative: bool, kinds: dict[str, T.DataType]) -> DataFrame:
     def signed(c: Column) -> Column:
         return -c if negative else c
 
     cols = [F.col(f"`{g}`") for g in agg.group_by] + _bucket(agg, event_time)
-    kinds = rows.select(*[F.expr(expr).alias(name) for name, expr in agg.sums]).schema
-    for (name, expr), field in zip(agg.sums, kinds.fields):
+    for name, expr in agg.sums:
         value = F.expr(expr)
-        if isinstance(field.dataType, (T.FloatType, T.DoubleType)):
+        if isinstance(kinds[name], (T.FloatType, T.DoubleType)):
             value = F.when(F.isnan(value) | (F.abs(value) == float("inf")), None).otherwise(value)
-        if isinstance(field.dataType, _INTEGRAL):  # summed exactly, checked against bigint
+        if isinstance(kinds[name], _INTEGRAL):  # summed exactly, checked against bigint
             value = value.cast("decimal(38,0)")
         cols.append(signed(F.coalesce(value, F.lit(0))).alias(name))
     cols.append(F.lit(-1 if negative else 1).cast("bigint").alias(COUNT))
@@ -105,17 +110,16 @@ def check_columns(rows: DataFrame, agg: AggregateConfig, yaml_file: str) -> None
 def aggregate_deltas(old: DataFrame | None, new: DataFrame, agg: AggregateConfig,
                      event_time: str | None) -> DataFrame:
     """Per group: summed signed contributions; all-zero groups dropped."""
-    parts = _contributions(new, agg, event_time, negative=False)
+    new_kinds = _sum_types(new, agg)
+    parts = _contributions(new, agg, event_time, False, new_kinds)
+    kinds = dict(new_kinds)
     if old is not None:
-        parts = parts.unionByName(_contributions(old, agg, event_time, negative=True))
+        old_kinds = _sum_types(old, agg)
+        parts = parts.unionByName(_contributions(old, agg, event_time, True, old_kinds))
+        # an integer sum only if both sides are (old rows of a wider type: summed as they are)
+        kinds.update({n: t for n, t in old_kinds.items() if not isinstance(t, _INTEGRAL)})
     groups = list(agg.group_columns)
     sums = [name for name, _ in agg.sums]
-    kinds = {f.name: f.dataType for f in new.select(
-        *[F.expr(expr).alias(name) for name, expr in agg.sums]).schema.fields}
-    if old is not None:  # an integer sum only if both sides are (old rows of a wider type: as is)
-        for f in old.select(*[F.expr(expr).alias(name) for name, expr in agg.sums]).schema.fields:
-            if not isinstance(f.dataType, _INTEGRAL):
-                kinds[f.name] = f.dataType
     out = parts.groupBy(*[F.col(f"`{g}`") for g in groups]).agg(
         *[_sum(agg, s, kinds[s]) for s in sums], F.sum(COUNT).alias(COUNT))
     nonzero = F.col(COUNT) != 0
