@@ -251,6 +251,22 @@ def test_lock_message_names_the_holder(monkeypatch, tmp_path, fake_spark):
     assert "BlockManager" not in str(exc.value)
 
 
+def test_config_error_message_is_the_jobs_own(monkeypatch, tmp_path, fake_spark):
+    """Exit 2: the task error carries the job's CONFIG ERROR line (file, key, value), not the
+    hook's "Cannot execute: <whole spark-submit command line>"."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "2")
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(write_pipeline(tmp_path, "cfg2")))
+    with pytest.raises(AirflowFailException) as exc:
+        op.execute({"params": {}, "run_id": "manual__1"})
+    assert "CONFIG ERROR: p.yaml: source.path: landing folder does not exist" in str(exc.value)
+    assert "Cannot execute" not in str(exc.value)
+
+
 def test_postgres_lock_dsn_is_exported_from_the_airflow_connection(monkeypatch, tmp_path):
     from cdc_lake.airflow.operator import CdcSparkSubmitOperator
     from cdc_lake.config import load_pipeline

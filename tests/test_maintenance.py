@@ -150,6 +150,11 @@ def test_vacuum_retention_is_held_back_by_a_lagging_change_feed_reader(tmp_path)
     (ckpt / "commits" / "0").write_text("v1\n{}\n")
     (ckpt / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"version": 0}\n')
     assert committed_source_versions(ckpt) == [0]
+    from cdc_lake.retention import _commit_time  # read from the commit file, not the history
+
+    dt = DeltaTable(str(table))
+    assert {e["version"]: e["timestamp"] for e in dt.history()} == {
+        v: int(_commit_time(dt, v).timestamp() * 1000 + 0.5) for v in range(4)}
     reader = SimpleNamespace(name="enrich_x", checkpoint_path=ckpt, change_feed_sources=[str(table)])
     from cdc_lake.retention import lagging_readers
 

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import datetime, timezone
@@ -34,6 +35,20 @@ _LOG_FILE = re.compile(r"^(\d{20})\.")  # <version>.json / .checkpoint.parquet /
 
 
 def _commit_time(dt: DeltaTable, version: int) -> datetime | None:
+    """When ``version`` was committed: its commit file's ``commitInfo.timestamp`` (one small
+    read), else the table history (which replays every commit: its cost grew with the table)."""
+    from urllib.parse import unquote, urlparse
+
+    uri = dt.table_uri
+    local = Path(unquote(urlparse(uri).path)) if uri.startswith("file:") else Path(uri)
+    try:
+        with open(local / "_delta_log" / f"{version:020d}.json", encoding="utf-8") as f:
+            for line in f:
+                info = json.loads(line).get("commitInfo") if line.strip() else None
+                if isinstance(info, dict) and isinstance(info.get("timestamp"), int):
+                    return datetime.fromtimestamp(info["timestamp"] / 1000, tz=timezone.utc)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a local table, the commit file cleaned up or unreadable: ask the history
     for entry in dt.history():
         if entry.get("version") == version and entry.get("timestamp") is not None:
             return datetime.fromtimestamp(entry["timestamp"] / 1000, tz=timezone.utc)

@@ -242,7 +242,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         if code == EXIT_CONFIG_ERROR:
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: the job rejected its config or arguments (exit code 2); "
-                f"not retrying. {error}") from error
+                f"not retrying. The job's message:"
+                f"{_tail(hook.output_tail, 'CONFIG ERROR', 'ARGUMENT ERROR') or ' ' + str(error)}") from error
         if code == EXIT_NEEDS_RECOVERY:
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: its checkpoint or a table it wrote needs recovery "
