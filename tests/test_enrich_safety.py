@@ -155,6 +155,9 @@ OVERLAPS = {
                                 "      pending: gold/lines/p", "outputs.enriched", "outputs.pending"),
     "aggregate_inside_fact": ("{group_by: [category]", "{path: lake/facts/agg, group_by: [category]",
                               "outputs.aggregates.units.path", "fact.change_feed"),
+    # a path the YAML does not set is named with where it came from (the tester's note)
+    "defaulted_aggregate_is_enriched": ("enriched: gold/lines", "enriched: gold/units", "outputs.enriched",
+                                        "outputs.aggregates.units.path (not set: its default under storage.root)"),
     "checkpoint_inside_enriched": ("engine:", "storage: {checkpoint: gold/lines/_cp}\n    engine:",
                                    "storage.checkpoint", "outputs.enriched"),
 }

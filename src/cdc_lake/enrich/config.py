@@ -381,10 +381,19 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
                       manifest=o.path("manifest", default=root / "_manifests" / name),  # type: ignore[arg-type, operator]
                       aggregates=aggs)
     checkpoint = storage.path("checkpoint", default=root / "_checkpoints" / name)  # type: ignore[operator]
-    owned = [("storage.checkpoint", checkpoint), ("outputs.enriched", outputs.enriched),
-             ("outputs.pending", outputs.pending), ("outputs.quarantine", outputs.quarantine),
-             ("outputs.manifest", outputs.manifest)]
-    owned += [(f"outputs.aggregates.{a.name}.path", a.path) for a in aggs]
+
+    def said(section: dict[str, Any], key: str, label: str) -> str:  # a defaulted path says so
+        return label if isinstance(section, dict) and section.get(key) is not None else (
+            f"{label} (not set: its default under storage.root)")
+
+    agg_raw = o.raw.get("aggregates") or {}
+    owned = [(said(storage.raw, "checkpoint", "storage.checkpoint"), checkpoint),
+             ("outputs.enriched", outputs.enriched),
+             (said(o.raw, "pending", "outputs.pending"), outputs.pending),
+             (said(o.raw, "quarantine", "outputs.quarantine"), outputs.quarantine),
+             (said(o.raw, "manifest", "outputs.manifest"), outputs.manifest)]
+    owned += [(said(agg_raw.get(a.name), "path", f"outputs.aggregates.{a.name}.path"), a.path)
+              for a in aggs]
     inputs = [("fact.change_feed", fact.change_feed) if fact.change_feed is not None
               else ("fact.events.path", fact.events.path)]  # type: ignore[union-attr]
     inputs += [(f"dimensions.{d.name}.table", d.table) for d in dims]
