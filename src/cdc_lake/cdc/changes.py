@@ -81,18 +81,18 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
     """
     if ordinal:  # formats ordering by line position (Canal, Maxwell without xoffset): fill seq in
         events = finalize_order(events)
-    row, old = F.col("row"), F.col("old")
+    row, old, hints = F.col("row"), F.col("old"), F.col("type_hints")
     sp = {c: plan.spellings.get(c, ()) for c in plan.columns}
-    after = {c: decode(row, c, ct, sp[c]) for c, ct in plan.columns.items()}
+    after = {c: decode(row, c, ct, sp[c], hints) for c, ct in plan.columns.items()}
     staged = events.select(
-        "_file", "_line", "op", "seq", "commit_ts", "row", "old",
+        "_file", "_line", "op", "seq", "commit_ts", "row", "old", "type_hints",
         *[after[c].alias(_a(c)) for c in plan.columns],
     )
     a = {c: qcol(_a(c)) for c in plan.columns}
     # Before-image: the old value where the event carries one, else the row's value. SCD1 needs
     # it only for keys (to delete a moved key); SCD2 also keeps it as the delete version's data.
     before = {c: F.when(source_value(old, c, sp[c]).isNotNull(),
-                        decode(old, c, ct, sp[c])).otherwise(a[c])
+                        decode(old, c, ct, sp[c], hints)).otherwise(a[c])
               if plan.scd == 2 or c in plan.keys else a[c]
               for c, ct in plan.columns.items()}
     key_missing = F.lit(False)

@@ -25,6 +25,10 @@ class ColumnType:
     sql: str
     decoder: str = "plain"  # plain | json | epoch_* | time_ms | time_us | time_ns | b64_decimal
     scale: int = 0
+    # (hint, decoder, scale) per type hint, when a batch's events state the column's type in
+    # ways decoded differently (a source-side ALTER inside the batch): each value is decoded
+    # by its own event's hint (cdc_lake.cdc.type_hints.hinted), then held as ``sql``
+    by_hint: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,90 +43,8 @@ class ObservedColumn:
     # merged kind of the column's numeric values alone, when the batch also holds values of
     # other kinds (10.5 and "n/a"): decides a widening of an existing numeric column only
     numeric_type: str | None = None
-
-
-def from_canal(mysql_type: str) -> ColumnType | None:
-    """Spark type for a Canal ``mysqlType`` (see docs/formats.md, "Type rules").
-
-    Every MySQL integer type is ``bigint`` (``BIGINT UNSIGNED``: ``decimal(20,0)``), as in the
-    other formats, so a table keeps its types when the producer changes.
-    """
-    t = mysql_type.lower().strip()
-    unsigned = "unsigned" in t
-    base = re.sub(r"\s*(unsigned|zerofill)\s*", "", t)
-    name = re.sub(r"\(.*", "", base)
-    if name in ("tinyint", "smallint", "mediumint", "int", "integer", "year"):
-        return ColumnType("bigint")
-    if name == "bigint":
-        return ColumnType("decimal(20,0)" if unsigned else "bigint")
-    if name in ("decimal", "numeric"):
-        m = re.match(r"^\w+\((\d+)(?:\s*,\s*(\d+))?\)", base)
-        p, s = (int(m.group(1)), int(m.group(2) or 0)) if m else (38, 10)
-        return ColumnType(f"decimal({min(p, 38)},{min(s, 38)})")
-    if name in ("float", "double", "real"):
-        return ColumnType("double")
-    if name == "date":
-        return ColumnType("date")
-    if name in ("datetime", "timestamp"):
-        return ColumnType("timestamp")
-    if name == "json":
-        return ColumnType("string", "json")
-    if name in ("char", "varchar", "text", "tinytext", "mediumtext", "longtext", "enum", "set",
-                "time", "bit", "binary", "varbinary", "blob", "tinyblob", "mediumblob",
-                "longblob"):
-        return ColumnType("string")
-    return None
-
-
-_STRING = ColumnType("string")
-_JSON = ColumnType("string", "json")
-# Kafka Connect schema types as the JSON converter writes them (int8..int64, float/double,
-# also float32/float64 as some tools spell them) and logical types by their schema name.
-_DEBEZIUM = {
-    "int8": ColumnType("bigint"), "int16": ColumnType("bigint"), "int32": ColumnType("bigint"),
-    "int64": ColumnType("bigint"),
-    "float": ColumnType("double"), "float32": ColumnType("double"),
-    "double": ColumnType("double"), "float64": ColumnType("double"),
-    "boolean": ColumnType("boolean"), "string": _STRING, "bytes": _STRING,
-    "array": _JSON, "map": _JSON, "struct": _JSON,
-    "io.debezium.time.Date": ColumnType("date", "epoch_days"),
-    "org.apache.kafka.connect.data.Date": ColumnType("date", "epoch_days"),
-    "io.debezium.time.Timestamp": ColumnType("timestamp", "epoch_ms"),
-    "org.apache.kafka.connect.data.Timestamp": ColumnType("timestamp", "epoch_ms"),
-    "io.debezium.time.MicroTimestamp": ColumnType("timestamp", "epoch_us"),
-    "io.debezium.time.NanoTimestamp": ColumnType("timestamp", "epoch_ns"),
-    "io.debezium.time.ZonedTimestamp": ColumnType("timestamp"),
-    "io.debezium.time.Time": ColumnType("string", "time_ms"),
-    "org.apache.kafka.connect.data.Time": ColumnType("string", "time_ms"),
-    "io.debezium.time.MicroTime": ColumnType("string", "time_us"),
-    "io.debezium.time.NanoTime": ColumnType("string", "time_ns"),
-    "io.debezium.time.ZonedTime": _STRING,
-    "io.debezium.time.Year": ColumnType("bigint"),
-    "io.debezium.time.MicroDuration": ColumnType("bigint"),
-    "io.debezium.time.Interval": _STRING,
-    "io.debezium.data.Json": _JSON,
-    "io.debezium.data.Enum": _STRING, "io.debezium.data.EnumSet": _STRING,
-    "io.debezium.data.Uuid": _STRING, "io.debezium.data.Xml": _STRING,
-    "io.debezium.data.Bits": _STRING, "io.debezium.data.Ltree": _STRING,
-    "io.debezium.data.VariableScaleDecimal": _JSON,
-}
-
-
-def from_debezium(hint: str) -> ColumnType | None:
-    """Spark type for a Debezium schema field hint ``name[:scale[:precision[:type]]]``.
-
-    ``name`` is the logical schema name (or the Connect type when there is none); an unknown
-    logical name falls back to the field's Connect ``type``. The stated schema always wins over
-    guessing from values: ``double`` stays ``double`` at full precision.
-    """
-    name, scale, precision, base = (hint.split(":") + ["", "", ""])[:4]
-    if name == "org.apache.kafka.connect.data.Decimal":
-        s = int(scale or 0)
-        p = int(precision) if precision.isdigit() and s <= int(precision) <= 38 else 38
-        return ColumnType(f"decimal({p},{s})", "b64_decimal", s)
-    if name.startswith("io.debezium.data.geometry."):
-        return _JSON
-    return _DEBEZIUM.get(name) or _DEBEZIUM.get(base)
+    # every hint the batch's events carry for the column (``hint`` is the first of them)
+    hints: tuple[str, ...] = ()
 
 
 def from_variant(obs: ObservedColumn, infer_temporal: bool) -> ColumnType | None:
@@ -153,10 +75,10 @@ def from_variant(obs: ObservedColumn, infer_temporal: bool) -> ColumnType | None
 def resolve(obs: ObservedColumn, *, configured: str | None, existing: str | None,
             fmt: str, infer_temporal: bool) -> ColumnType | None:
     """Pick the column's type; ``None`` means "not yet knowable" (only nulls seen)."""
-    hinted: ColumnType | None = None
-    if obs.hint:
-        hinted = from_canal(obs.hint) if fmt == "canal" else from_debezium(obs.hint)
-    natural = hinted or from_variant(obs, infer_temporal)
+    from cdc_lake.cdc.type_hints import hinted
+
+    stated = hinted(obs.hints or ((obs.hint,) if obs.hint else ()), fmt)
+    natural = stated or from_variant(obs, infer_temporal)
     target = configured or existing
     if target is None:
         return natural
@@ -164,7 +86,7 @@ def resolve(obs: ObservedColumn, *, configured: str | None, existing: str | None
         return natural
     # Keep the format's decoder (e.g. epoch days -> date) when it produces the target type family.
     if natural is not None and natural.decoder != "plain" and _family(natural.sql) == _family(target):
-        return ColumnType(target, natural.decoder, natural.scale)
+        return ColumnType(target, natural.decoder, natural.scale, natural.by_hint)
     return ColumnType(target)
 
 
@@ -172,8 +94,26 @@ def _family(sql: str) -> str:
     return re.sub(r"\(.*", "", sql)
 
 
-def variant_path(column: str) -> str:
-    return "$['" + column.replace("\\", "\\\\").replace("'", "\\'") + "']"
+def variant_path(column: str) -> str | None:
+    """The variant path of top-level key ``column``, or ``None`` when Spark's path syntax cannot
+    spell it. The syntax has no escapes: ``$['...']`` takes any name without ``'``,
+    ``$["..."]`` any name without ``"`` (escaping a quote or backslash made ``it's`` fail the
+    run and ``b\\s`` read as absent: the tester's findings)."""
+    if "'" not in column:
+        return "$['" + column + "']"
+    if '"' not in column:
+        return '$["' + column + '"]'
+    return None
+
+
+def vfield(v: Column, column: str, sql: str) -> Column:
+    """``try_variant_get`` of top-level key ``column`` of object ``v`` as ``sql``, for any name."""
+    path = variant_path(column)
+    if path is not None:
+        return F.try_variant_get(v, path, sql)
+    # both quote kinds in the name: through a map of the object's fields (slower, rare)
+    field = F.try_element_at(F.try_variant_get(v, "$", "map<string,variant>"), F.lit(column))
+    return field if sql == "variant" else F.try_variant_get(field, "$", sql)
 
 
 def qcol(name: str) -> Column:
@@ -190,7 +130,7 @@ def source_value(v: Column, column: str, spellings: tuple[str, ...] = ()) -> Col
     from whichever spelling the event carries (an event carrying two of them is quarantined by
     :func:`cdc_lake.cdc.changes.typed_changes`)."""
     names = spellings or (column,)
-    vals = [F.try_variant_get(v, variant_path(s), "variant") for s in names]
+    vals = [vfield(v, s, "variant") for s in names]
     return vals[0] if len(vals) == 1 else F.coalesce(*vals)
 
 
@@ -200,13 +140,23 @@ def raw_present(v: Column, column: str, spellings: tuple[str, ...] = ()) -> Colu
     return raw.isNotNull() & ~F.is_variant_null(raw)
 
 
-def decode(v: Column, column: str, ct: ColumnType, spellings: tuple[str, ...] = ()) -> Column:
+def decode(v: Column, column: str, ct: ColumnType, spellings: tuple[str, ...] = (),
+           hints: Column | None = None) -> Column:
     """Typed value of ``column`` from variant ``v``; null if absent, null or not castable.
-    ``spellings``: see :func:`source_value`."""
-    if len(spellings) > 1:
+    ``spellings``: see :func:`source_value`. ``hints``: the event's type hints (map column
+    ``type_hints``), needed when ``ct.by_hint`` decodes each event by its own hint."""
+    if ct.by_hint and hints is not None:
+        names = spellings or (column,)
+        own = F.coalesce(*[F.try_element_at(hints, F.lit(n)) for n in names])
+        out = decode(v, column, ColumnType(ct.sql, ct.decoder, ct.scale), spellings)
+        for hint, decoder, scale in ct.by_hint:
+            out = F.when(own == F.lit(hint),
+                         decode(v, column, ColumnType(ct.sql, decoder, scale), spellings)).otherwise(out)
+        return out
+    name = spellings[0] if len(spellings) == 1 else column
+    p = variant_path(name)
+    if len(spellings) > 1 or p is None:
         v, p = source_value(v, column, spellings), "$"
-    else:
-        p = variant_path(spellings[0] if spellings else column)
     if ct.decoder == "json":
         raw = F.try_variant_get(v, p, "variant")
         val = F.when(F.is_variant_null(raw), F.lit(None)).otherwise(
@@ -218,8 +168,8 @@ def decode(v: Column, column: str, ct: ColumnType, spellings: tuple[str, ...] = 
         return F.timestamp_millis(F.try_variant_get(v, p, "bigint")).cast(ct.sql)
     if ct.decoder == "epoch_us":
         return F.timestamp_micros(F.try_variant_get(v, p, "bigint")).cast(ct.sql)
-    if ct.decoder == "epoch_ns":
-        return F.timestamp_micros(F.floor(F.try_variant_get(v, p, "bigint") / 1000)).cast(ct.sql)
+    if ct.decoder == "epoch_ns":  # truncated to µs, in integers (a double rounds 1e18 values)
+        return F.timestamp_micros(_floor_div(F.try_variant_get(v, p, "bigint"), 1000)).cast(ct.sql)
     if ct.decoder in _TIME_UNITS:
         return _time_of_day(F.try_variant_get(v, p, "bigint"), _TIME_UNITS[ct.decoder])
     if ct.decoder == "b64_decimal":
@@ -229,6 +179,12 @@ def decode(v: Column, column: str, ct: ColumnType, spellings: tuple[str, ...] = 
         return F.when(is_number, F.try_variant_get(v, p, ct.sql)).otherwise(
             _b64_decimal(as_str, ct.scale, ct.sql))
     return F.try_variant_get(v, p, ct.sql)
+
+
+def _floor_div(n: Column, d: int) -> Column:
+    """``floor(n / d)`` for a bigint ``n``, exactly (``n / d`` is a double: 1704105000123456999
+    / 1000 rounds to ...457)."""
+    return F.floor(n.cast("decimal(20,0)") / F.lit(d)).cast("bigint")  # decimals: exact
 
 
 # A date column takes a full date, nothing dropped (no time part): Spark's string -> date cast
@@ -311,7 +267,7 @@ _TIME_UNITS = {"time_ms": 1000, "time_us": 1, "time_ns": -1000}  # factor to mic
 def _time_of_day(n: Column, unit: int) -> Column:
     """Connect/Debezium TIME (ms/us/ns since midnight; MySQL TIME may exceed 24h or be negative)
     -> ``[-]HH:MM:SS[.ffffff]``, the text Canal and Maxwell deliver for TIME columns."""
-    us = F.floor(n / -unit) if unit < 0 else n * F.lit(unit)
+    us = _floor_div(n, -unit) if unit < 0 else n * F.lit(unit)
     mag = F.abs(us)
     secs = F.floor(mag / 1_000_000)
     frac = (mag % 1_000_000).cast("bigint")
@@ -325,19 +281,20 @@ def _time_of_day(n: Column, unit: int) -> Column:
 
 
 def _b64_decimal(b64: Column, scale: int, sql: str) -> Column:
-    """Kafka Connect ``Decimal`` (big-endian two's complement, base64) -> decimal, up to 8 bytes.
-
-    Wider values decode to null and are quarantined as not castable (use Debezium's
-    ``decimal.handling.mode=string`` for DECIMAL columns wider than 18 digits).
-    """
+    """Kafka Connect ``Decimal`` (big-endian two's complement, base64) -> decimal, up to 16
+    bytes: every value Spark's decimal(38) holds (a value beyond it decodes to null and is
+    quarantined as not valid; Debezium's ``decimal.handling.mode=string`` keeps such values)."""
     hx = F.hex(F.unbase64(b64))
-    negative_bytes = F.substring(hx, 1, 1) >= F.lit("8")
-    # Sign-extend to 64 bits so conv(..., -10) reads it as a signed long.
-    padded = F.when(negative_bytes, F.translate(F.lpad(hx, 16, "#"), "#", "F")) \
-        .otherwise(F.lpad(hx, 16, "0"))
-    unscaled = F.conv(padded, 16, -10)
-    sign = F.when(unscaled.startswith("-"), F.lit("-")).otherwise(F.lit(""))
-    magnitude = F.regexp_replace(unscaled, "-", "")
+    negative = F.substring(hx, 1, 1) >= F.lit("8")
+    # two's complement: a negative value is -(complement + 1); complement the hex digits
+    bits = F.lpad(F.when(negative, F.translate(hx, "0123456789ABCDEF", "FEDCBA9876543210"))
+                  .otherwise(hx), 32, "0")
+    big = "decimal(38,0)"
+    high = F.conv(F.substring(bits, 1, 16), 16, 10).cast(big)  # conv: unsigned 64 bits
+    low = F.conv(F.substring(bits, 17, 16), 16, 10).cast(big)
+    unsigned = F.try_add(F.try_multiply(high, F.lit(str(2 ** 64)).cast(big)), low)  # null: > 38 digits
+    magnitude = F.when(negative, F.try_add(unsigned, F.lit(1).cast(big))).otherwise(unsigned).cast("string")
+    sign = F.when(negative, F.lit("-")).otherwise(F.lit(""))
     # lpad also truncates longer strings: pad only short ones (0.05 -> "005")
     digits = F.when(F.length(magnitude) < scale + 1, F.lpad(magnitude, scale + 1, "0")).otherwise(magnitude)
     if scale:
@@ -346,7 +303,7 @@ def _b64_decimal(b64: Column, scale: int, sql: str) -> Column:
                         F.regexp_extract(digits, pattern, 2))
     else:
         text = F.concat(sign, digits)
-    return F.when(F.length(hx) <= 16, text.try_cast(sql))
+    return F.when(F.length(hx) <= 32, text.try_cast(sql))
 
 
 def parse_object_schema(text: str | None) -> dict[str, str]:

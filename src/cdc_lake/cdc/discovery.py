@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from cdc_lake.cdc import changes as ch
 from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, ObservedColumn,
-                                       kind_proven, parse_object_schema, resolve, variant_path)
+                                       kind_proven, parse_object_schema, resolve, vfield)
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.cdc.events import ORDINAL
 from cdc_lake.cdc.widening import proven_exact, widen
@@ -165,18 +165,21 @@ def refuse_non_objects(ev: DataFrame, tables: list[str]) -> DataFrame:
     return ev.withColumn("_error", F.when(bad, reason).otherwise(F.col("_error")))
 
 
-def _hints(ev: DataFrame, fmt: str, targets: list[str]) -> dict[str, dict[str, str]]:
-    """Per-column type metadata the format carries (Canal mysqlType, Debezium schema)."""
+def _hints(ev: DataFrame, fmt: str, targets: list[str]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Per-column type metadata the format carries (Canal mysqlType, Debezium schema): every
+    distinct hint of the batch's events, sorted (a source-side ALTER inside the batch gives a
+    column two; :func:`cdc_lake.cdc.type_hints.hinted` merges them)."""
     if fmt == "maxwell":
         return {}
     distinct = (ev.where(F.col("_target").isin(targets) & F.col("type_hints").isNotNull())
                 .select("_target", F.array_sort(F.map_entries("type_hints")).alias("h"))
                 .distinct().collect())
-    hints: dict[str, dict[str, str]] = {}
+    seen: dict[str, dict[str, set[str]]] = {}
     for r in distinct:
         for e in r.h:
-            hints.setdefault(r._target, {}).setdefault(e[0], e[1])
-    return hints
+            if e[1] is not None:
+                seen.setdefault(r._target, {}).setdefault(e[0], set()).add(e[1])
+    return {t: {c: tuple(sorted(hs)) for c, hs in cols.items()} for t, cols in seen.items()}
 
 
 def _temporal(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, str], tuple[bool, bool]]:
@@ -192,7 +195,7 @@ def _temporal(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[str, st
     for target, cols in wanted.items():
         mine = F.col("_target") == target
         for c in cols:
-            v = F.try_variant_get("row", variant_path(c), "string")
+            v = vfield(F.col("row"), c, "string")
             looks.append(F.when(mine & v.isNotNull(), F.when(v.rlike(DATE_RE), 1)
                                 .when(v.rlike(TIMESTAMP_RE), 2).otherwise(0)).alias(f"k{len(looks)}"))
             names.append((target, c))
@@ -227,7 +230,7 @@ def _numeric_kinds(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[st
     for target, cols in wanted.items():
         mine = F.col("_target") == target
         for c in cols:
-            v = F.try_variant_get("row", variant_path(c), "variant")
+            v = vfield(F.col("row"), c, "variant")
             kind = F.upper(F.schema_of_variant(v))
             numeric = (kind.isin("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
                        | kind.startswith("DECIMAL"))
@@ -260,9 +263,10 @@ def _merge_spellings(obs: list[ObservedColumn], canon: str) -> ObservedColumn:
     kinds = {o.variant_type for o in obs} - {"VOID"}
     vtype = kinds.pop() if len(kinds) == 1 else ("VOID" if not kinds else "VARIANT")
     strings = [o for o in obs if o.variant_type == "STRING"]
-    return ObservedColumn(canon, vtype, next((o.hint for o in obs if o.hint), None),
+    hints = tuple(sorted({h for o in obs for h in (o.hints or ((o.hint,) if o.hint else ()))}))
+    return ObservedColumn(canon, vtype, hints[0] if hints else None,
                           bool(strings) and all(o.all_dates for o in strings),
-                          bool(strings) and all(o.all_timestamps for o in strings))
+                          bool(strings) and all(o.all_timestamps for o in strings), hints=hints)
 
 
 def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColumn], pk: list[str],
@@ -344,7 +348,8 @@ def observe(ev: DataFrame, seen: Survey, cfg: PipelineConfig,
     strings, when ``infer_temporal``) whether every value looks like a date / timestamp."""
     present = seen.present
     hints = _hints(ev, cfg.source_format, present) if present else {}
-    observed = {n: {c: ObservedColumn(c, t, hints.get(n, {}).get(c), False, False)
+    observed = {n: {c: ObservedColumn(c, t, (hints.get(n, {}).get(c) or (None,))[0], False, False,
+                                      hints=hints.get(n, {}).get(c) or ())
                     for c, t in seen.variant_types(n).items()} for n in present}
     pks = seen.pks
     keys = {n: {k.lower() for k in (cfg.tables[n].keys or pks.get(n) or ())} for n in present}
@@ -355,7 +360,8 @@ def observe(ev: DataFrame, seen: Survey, cfg: PipelineConfig,
              for n in present}
     for (n, c), t in _numeric_kinds(ev, {n: cs for n, cs in mixed.items() if cs}).items():
         o = observed[n][c]
-        observed[n][c] = ObservedColumn(c, o.variant_type, o.hint, o.all_dates, o.all_timestamps, t)
+        observed[n][c] = ObservedColumn(c, o.variant_type, o.hint, o.all_dates, o.all_timestamps, t,
+                                        o.hints)
     if cfg.infer_temporal:
         wanted = {n: [c for c, o in observed[n].items()
                       if o.variant_type == "STRING" and not o.hint

@@ -11,7 +11,7 @@ Schema-change events (``ddl`` field) go to the DDL log. With the schema wrapper,
 Connect type / logical name is passed on as a type hint ``name:scale:precision:type`` (e.g.
 ``io.debezium.time.Date:::int32``, ``org.apache.kafka.connect.data.Decimal:2:10:bytes``,
 ``double:::double``) so values are decoded to the stated types
-(:func:`cdc_lake.cdc.column_types.from_debezium`).
+(:func:`cdc_lake.cdc.type_hints.from_debezium`).
 """
 
 from __future__ import annotations

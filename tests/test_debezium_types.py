@@ -1,0 +1,163 @@
+"""Debezium values decoded by their own event's schema, whatever the batch holds (tester, 2026-11-27).
+
+* A source-side ALTER between events of one micro-batch (``DECIMAL(10,2)`` -> ``(12,4)``,
+  ``DATETIME(3)`` -> ``(6)``) gave the column one hint for the whole batch: -0.05 was stored as
+  -0.0005 and 2024-01-01 as 1970-01-20, exit 0; landed in two runs the same files came out right.
+* ``precise`` decimals wider than 8 bytes (``BIGINT UNSIGNED`` >= 2^63, ``DECIMAL(25,2)``) were
+  quarantined although Spark's decimal(38) holds them.
+* ``NanoTimestamp`` ...123456999 ns was stored as ...123457 (divided as a double).
+* A column named ``it's`` failed every run (Spark's variant path has no escapes); ``b\\s`` was
+  stored as null, not quarantined.
+
+Truth is computed here from the values the events were built from (Python ``Decimal`` and
+``datetime``, no code of the job), for one batch and for the same files in two runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+from datetime import datetime, timedelta, timezone
+from decimal import Context, Decimal
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from cdc_lake.cdc.job import run_pipeline
+from cdc_lake.config import load_pipeline
+
+YAML = """pipeline: {name}
+source: {{format: debezium, path: landing, database: shop}}
+storage: {{root: lake}}
+engine: {{name: deltalake}}
+tables:
+  orders: {{keys: [id]}}
+"""
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _b64(unscaled: int) -> str:
+    """Kafka Connect's Decimal bytes: Java BigInteger.toByteArray (minimal two's complement)."""
+    return base64.b64encode(unscaled.to_bytes(unscaled.bit_length() // 8 + 1, "big", signed=True)).decode()
+
+
+def _field(name: str, kind: str, logical: str | None = None, **params: str) -> dict:
+    f: dict = {"field": name, "type": kind, "optional": True}
+    if logical:
+        f["name"] = logical
+    if params:
+        f["parameters"] = params
+    return f
+
+
+def _event(pos: int, op: str, fields: list[dict], after: dict | None, before: dict | None = None) -> str:
+    row = {"type": "struct", "optional": True, "fields": fields}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"},
+                                           {"field": "op", "type": "string"}]}
+    payload = {"before": before, "after": after, "op": op, "ts_ms": 1704105000000 + pos,
+               "source": {"file": "mysql-bin.000001", "pos": 1000 + pos, "row": 0, "db": "shop",
+                          "table": "orders", "ts_ms": 1704105000000 + pos}}
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def _pipeline(tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
+    d = tmp_path / name
+    (d / "landing").mkdir(parents=True)
+    (d / "p.yaml").write_text(YAML.format(name=name), encoding="utf-8")
+    return load_pipeline(d / "p.yaml")
+
+
+def _rows(cfg) -> dict:  # type: ignore[no-untyped-def]
+    rows = DeltaTable(str(cfg.tables["orders"].path)).to_pyarrow_table().to_pylist()
+    return {r["id"]: {k: v for k, v in r.items() if not k.startswith("_cdc")} for r in rows}
+
+
+def _quarantined(cfg) -> list[str]:  # type: ignore[no-untyped-def]
+    if not DeltaTable.is_deltatable(str(cfg.quarantine_path)):
+        return []
+    return sorted(r["reason"] for r in DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().to_pylist())
+
+
+def _scaled(unscaled: int, scale: int) -> Decimal:
+    return Decimal(unscaled).scaleb(-scale, context=Context(prec=60))  # (28 digits by default)
+
+
+def _ts(micros: int) -> datetime:
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def _in_one_and_in_two_runs(spark, tmp_path: Path, files: list[list[str]], check) -> None:  # type: ignore[no-untyped-def]
+    one = _pipeline(tmp_path, "one_batch")
+    for i, lines in enumerate(files):
+        (one.landing_path / f"{i:03d}.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert run_pipeline(one, spark=spark)["batches"] == 1
+    check(one)
+    split = _pipeline(tmp_path, "split")
+    for i, lines in enumerate(files):
+        (split.landing_path / f"{i:03d}.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        run_pipeline(split, spark=spark)
+    check(split)
+
+
+def test_a_type_change_inside_one_batch_decodes_each_value_by_its_own_events_schema(spark, tmp_path):
+    seed = int(os.environ.get("CDC_SEED") or random.SystemRandom().randrange(10 ** 6))
+    rng = random.Random(seed)
+    old = [_field("id", "int64"), _field("price", "bytes", DECIMAL, scale="2", **{"connect.decimal.precision": "10"}),
+           _field("at", "int64", "io.debezium.time.Timestamp")]
+    new = [_field("id", "int64"), _field("price", "bytes", DECIMAL, scale="4", **{"connect.decimal.precision": "12"}),
+           _field("at", "int64", "io.debezium.time.MicroTimestamp")]
+    truth: dict[int, tuple[Decimal, datetime]] = {}
+    first, second = [], []
+    for i in range(1, 9):  # before the ALTER: scale 2, milliseconds
+        cents, ms = rng.randrange(-10 ** 9, 10 ** 9), rng.randrange(-10 ** 12, 4 * 10 ** 12)
+        first.append(_event(i, "c", old, {"id": i, "price": _b64(cents), "at": ms}))
+        truth[i] = (_scaled(cents, 2), _ts(ms * 1000))
+    first += [_event(9, "c", old, {"id": 100, "price": _b64(-5), "at": 1704105000123})]  # the tester's -0.05
+    truth[100] = (Decimal("-0.05"), datetime(2024, 1, 1, 10, 30, 0, 123000, tzinfo=timezone.utc))
+    for i in range(1, 6):  # after it: scale 4, microseconds; updates of older rows and new rows
+        key = i if i % 2 else 100 + i
+        units, us = rng.randrange(-10 ** 11, 10 ** 11), rng.randrange(-10 ** 15, 4 * 10 ** 15)
+        second.append(_event(20 + i, "u" if key in truth else "c", new, {"id": key, "price": _b64(units), "at": us}))
+        truth[key] = (_scaled(units, 4), _ts(us))
+
+    def check(cfg) -> None:  # type: ignore[no-untyped-def]
+        got = {k: (r["price"], r["at"]) for k, r in _rows(cfg).items()}
+        assert got == truth, f"seed {seed} ({cfg.name}): " + str(
+            {k: (got.get(k), truth.get(k)) for k in set(got) | set(truth) if got.get(k) != truth.get(k)})
+        assert _quarantined(cfg) == [], f"seed {seed}"
+
+    _in_one_and_in_two_runs(spark, tmp_path, [first, second], check)
+
+
+def test_wide_decimals_nanoseconds_and_column_names_spark_paths_cannot_spell(spark, tmp_path):
+    seed = int(os.environ.get("CDC_SEED") or random.SystemRandom().randrange(10 ** 6))
+    rng = random.Random(seed)
+    fields = [_field("id", "int64"),
+              _field("big", "bytes", DECIMAL, scale="0", **{"connect.decimal.precision": "20"}),  # BIGINT UNSIGNED
+              _field("wide", "bytes", DECIMAL, scale="2", **{"connect.decimal.precision": "38"}),
+              _field("ns", "int64", "io.debezium.time.NanoTimestamp"),
+              _field("it's", "string"), _field("b\\s", "string"), _field("q\"x'y", "string")]
+    wide = [rng.randrange(-10 ** 36, 10 ** 36) for _ in range(6)] + [10 ** 36 - 1, -(10 ** 36), 5, -5, -128, 128]
+    lines, truth = [], {}
+    for i, units in enumerate(wide, start=1):
+        big = rng.choice([2 ** 63, 2 ** 64 - 1, rng.randrange(2 ** 64)])
+        ns = rng.randrange(-10 ** 18, 4 * 10 ** 18)
+        lines.append(_event(i, "c", fields, {"id": i, "big": _b64(big), "wide": _b64(units), "ns": ns,
+                                              "it's": f"a{i}", "b\\s": f"b{i}", "q\"x'y": f"c{i}"}))
+        truth[i] = {"id": i, "big": Decimal(big), "wide": _scaled(units, 2),
+                    "ns": _ts(ns // 1000), "it's": f"a{i}", "b\\s": f"b{i}", "q\"x'y": f"c{i}"}
+    lines.append(_event(90, "c", fields, {"id": 90, "big": _b64(10 ** 20), "wide": _b64(10 ** 38), "ns": 0,
+                                          "it's": "x", "b\\s": "y", "q\"x'y": "z"}))  # beyond both columns
+
+    def check(cfg) -> None:  # type: ignore[no-untyped-def]
+        got = _rows(cfg)
+        assert got == truth, f"seed {seed}: " + str(
+            {k: (got.get(k), truth.get(k)) for k in set(got) | set(truth) if got.get(k) != truth.get(k)})
+        reasons = _quarantined(cfg)
+        assert len(reasons) == 1 and "column big: value" in reasons[0] and "decimal(20,0)" in reasons[0] \
+            and "column wide: value" in reasons[0], (seed, reasons)
+
+    _in_one_and_in_two_runs(spark, tmp_path, [lines[:7], lines[7:]], check)
