@@ -66,3 +66,33 @@ def test_maxwell_unusable_position_or_ts_is_an_error_not_a_different_order(spark
     df = spark.createDataFrame([("f.json", text) for text in cases], "_file string, _line string")
     got = {r["_line"]: r["_error"] for r in parser_for("maxwell")(df).collect()}
     assert got == cases
+
+
+def test_debezium_unavailable_value_placeholder_is_an_error_and_transaction_markers_are_skipped(spark):
+    """Tester: an UPDATE carrying Debezium's TOAST placeholder ``__debezium_unavailable_value``
+    stored that text over the column's real value (exit 0). Now the event is an error naming the
+    column (a delete, which needs only the key, is not). Transaction-metadata records
+    (``status`` BEGIN/END) were quarantined as "missing op"; they are skipped, not data."""
+    src = {"file": "mysql-bin.000001", "pos": 10, "row": 0, "db": "shop", "table": "t", "ts_ms": 1}
+
+    def ev(op: str, after: dict | None, before: dict | None = None) -> str:
+        return json.dumps({"op": op, "after": after, "before": before, "source": src, "ts_ms": 1})
+
+    toast = ev("u", {"id": 1, "body": "__debezium_unavailable_value", "n": 2})
+    toast_bytes = ev("u", {"id": 2, "blob": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", "n": 3})
+    nested = ev("u", {"id": 3, "doc": '{"x": "__debezium_unavailable_value"}'})  # inside a value: data
+    delete = ev("d", None, {"id": 4, "body": "__debezium_unavailable_value"})
+    begin = json.dumps({"status": "BEGIN", "id": "571:53195829", "event_count": None,
+                        "data_collections": None, "ts_ms": 1})
+    end_wrapped = json.dumps({"schema": {"type": "struct", "name": "io.debezium.connector.common."
+                                         "TransactionMetadataValue", "fields": []},
+                              "payload": {"status": "END", "id": "571:53195829", "event_count": 2,
+                                          "data_collections": [], "ts_ms": 1}})
+    lines = [toast, toast_bytes, nested, delete, begin, end_wrapped]
+    df = spark.createDataFrame([("f.json", x) for x in lines], "_file string, _line string")
+    got = {r["_line"]: (r["_kind"], r["_error"]) for r in parser_for("debezium")(df).collect()}
+    assert got[toast][1].startswith("column(s) body hold Debezium's unavailable-value placeholder")
+    assert "REPLICA IDENTITY FULL" in got[toast][1]
+    assert got[toast_bytes][1].startswith("column(s) blob hold")
+    assert got[nested] == ("row", None) and got[delete] == ("row", None)
+    assert got[begin] == ("skip", None) and got[end_wrapped] == ("skip", None)

@@ -16,7 +16,7 @@ Connect type / logical name is passed on as a type hint ``name:scale:precision:t
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.events import (binlog_file_number, json_failure, pad, parse_line,
@@ -67,8 +67,12 @@ def parse(lines: DataFrame) -> DataFrame:
     seq = F.when(has_binlog, mysql_seq).when(lsn.isNotNull(), pg_seq)
     src_ts = vget(env, "$.source.ts_ms", "bigint")
     commit_ms = F.coalesce(F.when(src_ts > 0, src_ts), vget(env, "$.ts_ms", "bigint"), src_ts)
+    # transaction metadata (provide.transaction.metadata): BEGIN/END records, not data
+    tx_marker = (raw_op.isNull() & vget(env, "$.status", "string").isin("BEGIN", "END")
+                 & vget(env, "$.id").isNotNull())
     kind = (F.when(F.col("v").isNull(), "row")  # malformed: routed by _error
             .when(F.is_variant_null("v"), "skip")
+            .when(tx_marker, "skip")
             .when(ddl.isNotNull(), "ddl")
             .when(raw_op == "t", "ddl")
             .otherwise("row"))
@@ -81,7 +85,8 @@ def parse(lines: DataFrame) -> DataFrame:
                    F.lit("missing connector position: need source.file + source.pos (MySQL/"
                          "MariaDB) or source.lsn (PostgreSQL)"))
              .when(image.isNull() | F.is_variant_null(image),
-                   F.concat(F.lit("missing row image for op "), raw_op)))
+                   F.concat(F.lit("missing row image for op "), raw_op))
+             .when((raw_op != "d") & _unavailable_in(F.col("_line")), _unavailable_reason(image)))
     table_from_ddl = F.regexp_extract(vget(env, "$.tableChanges[0].id", "string"), r"([^.\"`]+)\"?$", 1)
     return select_normalized(df.select(
         "_file", "_line",
@@ -100,3 +105,28 @@ def parse(lines: DataFrame) -> DataFrame:
          .when(F.is_variant_null("v"), F.lit("kafka-tombstone")).alias("ddl_type"),
         F.when(raw_op == "t", F.lit("TRUNCATE")).otherwise(ddl).alias("ddl_sql"),
     ))
+
+
+# Debezium's placeholder for a value the change event does not carry (PostgreSQL: a TOASTed
+# column the UPDATE did not touch, REPLICA IDENTITY DEFAULT), as text and as base64 bytes.
+UNAVAILABLE = ("__debezium_unavailable_value", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==")
+
+
+def _unavailable_in(line: Column) -> Column:
+    """Cheap first test on the raw line; the row image is only looked into when it passes."""
+    return line.contains(UNAVAILABLE[0]) | line.contains(UNAVAILABLE[1])
+
+
+def _unavailable_reason(image: Column) -> Column:
+    """Null unless a top-level value of ``image`` is the placeholder: then the error naming the
+    columns. Storing the placeholder would replace the column's real value (tester)."""
+    fields = F.try_variant_get(image, "$", "map<string,variant>")
+    cols = F.map_keys(F.map_filter(fields, lambda k, v: F.try_variant_get(v, "$", "string")
+                                   .isin(*UNAVAILABLE)))
+    return F.when(F.size(cols) > 0, F.concat(
+        F.lit("column(s) "), F.array_join(F.array_sort(cols), ", "),
+        F.lit(" hold Debezium's unavailable-value placeholder (a PostgreSQL TOAST value the change "
+              "did not touch): the event does not carry their values and storing the placeholder "
+              "would replace them, so it is not stored; set REPLICA IDENTITY FULL on the source "
+              "table or use Debezium's ReselectColumnsPostProcessor (reselect.unavailable.values), "
+              "then re-ingest the quarantined lines")))
