@@ -88,7 +88,11 @@ def test_debezium_unavailable_value_placeholder_is_an_error_and_transaction_mark
                                          "TransactionMetadataValue", "fields": []},
                               "payload": {"status": "END", "id": "571:53195829", "event_count": 2,
                                           "data_collections": [], "ts_ms": 1}})
-    lines = [toast, toast_bytes, nested, delete, begin, end_wrapped]
+    # (and a schema listing a field twice failed every run: Spark's duplicate map key)
+    twice = json.dumps({"schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        {"field": "id", "type": "int64"}, {"field": "id", "type": "string"}]}]},
+        "payload": json.loads(ev("c", {"id": 5}))})
+    lines = [toast, toast_bytes, nested, delete, begin, end_wrapped, twice]
     df = spark.createDataFrame([("f.json", x) for x in lines], "_file string, _line string")
     got = {r["_line"]: (r["_kind"], r["_error"]) for r in parser_for("debezium")(df).collect()}
     assert got[toast][1].startswith("column(s) body hold Debezium's unavailable-value placeholder")
@@ -96,3 +100,5 @@ def test_debezium_unavailable_value_placeholder_is_an_error_and_transaction_mark
     assert got[toast_bytes][1].startswith("column(s) blob hold")
     assert got[nested] == ("row", None) and got[delete] == ("row", None)
     assert got[begin] == ("skip", None) and got[end_wrapped] == ("skip", None)
+    assert got[twice] == ("row", "the schema's after fields list a name twice or a field without a "
+                                 'name: ["id","id"]')

@@ -35,13 +35,18 @@ def parse(lines: DataFrame) -> DataFrame:
     df = lines.select("_file", "_line", v.alias("v"))
     wrapped = vget(F.col("v"), "$.payload").isNotNull() & vget(F.col("v"), "$.schema").isNotNull()
     df = df.withColumn("env", F.when(wrapped, vget(F.col("v"), "$.payload")).otherwise(F.col("v")))
-    hints = F.expr(
-        # try_element_at: a schema without an 'after' field (schema-change records) gives null
+    # try_element_at: a schema without an 'after' field (schema-change records) gives null
+    after_fields = F.expr(f"try_element_at(filter(try_variant_get(v, '$.schema.fields', '{_FIELDS}'),"
+                          " x -> x.field = 'after'), 1).fields")
+    names = F.transform(after_fields, lambda f: f["field"])
+    # a field listed twice (or without a name) would fail the whole run (duplicate/null map key)
+    bad_schema = (F.size(F.array_distinct(F.array_compact(names))) < F.size(names))
+    hints = F.when(~bad_schema, F.expr(
         f"map_from_entries(transform(try_element_at(filter(try_variant_get(v, '$.schema.fields', '{_FIELDS}'),"
         " x -> x.field = 'after'), 1).fields,"
         " f -> struct(f.field, concat_ws(':', coalesce(f.name, f.type),"
         " coalesce(f.parameters['scale'], ''), coalesce(f.parameters['connect.decimal.precision'], ''),"
-        " coalesce(f.type, '')))))")
+        " coalesce(f.type, '')))))"))
     env = F.col("env")
     raw_op = vget(env, "$.op", "string")
     snap_flag = F.lower(vget(env, "$.source.snapshot", "string"))
@@ -84,6 +89,9 @@ def parse(lines: DataFrame) -> DataFrame:
              .when(seq.isNull(),
                    F.lit("missing connector position: need source.file + source.pos (MySQL/"
                          "MariaDB) or source.lsn (PostgreSQL)"))
+             .when(F.coalesce(bad_schema, F.lit(False)),
+                   F.concat(F.lit("the schema's after fields list a name twice or a field without "
+                                  "a name: "), F.to_json(names)))
              .when(image.isNull() | F.is_variant_null(image),
                    F.concat(F.lit("missing row image for op "), raw_op))
              .when((raw_op != "d") & _unavailable_in(F.col("_line")), _unavailable_reason(image)))
