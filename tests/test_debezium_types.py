@@ -34,6 +34,7 @@ storage: {{root: lake}}
 engine: {{name: deltalake}}
 tables:
   orders: {{keys: [id]}}
+  wide: {{keys: [id]}}
 """
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -53,13 +54,14 @@ def _field(name: str, kind: str, logical: str | None = None, **params: str) -> d
     return f
 
 
-def _event(pos: int, op: str, fields: list[dict], after: dict | None, before: dict | None = None) -> str:
+def _event(pos: int, op: str, fields: list[dict], after: dict | None, before: dict | None = None,
+           table: str = "orders") -> str:
     row = {"type": "struct", "optional": True, "fields": fields}
     schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"},
                                            {"field": "op", "type": "string"}]}
     payload = {"before": before, "after": after, "op": op, "ts_ms": 1704105000000 + pos,
                "source": {"file": "mysql-bin.000001", "pos": 1000 + pos, "row": 0, "db": "shop",
-                          "table": "orders", "ts_ms": 1704105000000 + pos}}
+                          "table": table, "ts_ms": 1704105000000 + pos}}
     return json.dumps({"schema": schema, "payload": payload})
 
 
@@ -70,8 +72,8 @@ def _pipeline(tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
     return load_pipeline(d / "p.yaml")
 
 
-def _rows(cfg) -> dict:  # type: ignore[no-untyped-def]
-    rows = DeltaTable(str(cfg.tables["orders"].path)).to_pyarrow_table().to_pylist()
+def _rows(cfg, table: str) -> dict:  # type: ignore[no-untyped-def]
+    rows = DeltaTable(str(cfg.tables[table].path)).to_pyarrow_table().to_pylist()
     return {r["id"]: {k: v for k, v in r.items() if not k.startswith("_cdc")} for r in rows}
 
 
@@ -102,7 +104,11 @@ def _in_one_and_in_two_runs(spark, tmp_path: Path, files: list[list[str]], check
     check(split)
 
 
-def test_a_type_change_inside_one_batch_decodes_each_value_by_its_own_events_schema(spark, tmp_path):
+def test_values_are_decoded_by_their_own_events_schema_however_the_batches_are_cut(spark, tmp_path):
+    """Table ``orders``: a DECIMAL(10,2) -> (12,4) and DATETIME(3) -> (6) ALTER between the two
+    files. Table ``wide``: decimals of up to 38 digits, unsigned bigints >= 2^63, nanosecond
+    timestamps, column names with ``'``, ``\\`` and both quotes; one row beyond both decimal
+    columns (quarantined). Both files in one batch, and in two runs: the same tables."""
     seed = int(os.environ.get("CDC_SEED") or random.SystemRandom().randrange(10 ** 6))
     rng = random.Random(seed)
     old = [_field("id", "int64"), _field("price", "bytes", DECIMAL, scale="2", **{"connect.decimal.precision": "10"}),
@@ -123,41 +129,32 @@ def test_a_type_change_inside_one_batch_decodes_each_value_by_its_own_events_sch
         second.append(_event(20 + i, "u" if key in truth else "c", new, {"id": key, "price": _b64(units), "at": us}))
         truth[key] = (_scaled(units, 4), _ts(us))
 
-    def check(cfg) -> None:  # type: ignore[no-untyped-def]
-        got = {k: (r["price"], r["at"]) for k, r in _rows(cfg).items()}
-        assert got == truth, f"seed {seed} ({cfg.name}): " + str(
-            {k: (got.get(k), truth.get(k)) for k in set(got) | set(truth) if got.get(k) != truth.get(k)})
-        assert _quarantined(cfg) == [], f"seed {seed}"
-
-    _in_one_and_in_two_runs(spark, tmp_path, [first, second], check)
-
-
-def test_wide_decimals_nanoseconds_and_column_names_spark_paths_cannot_spell(spark, tmp_path):
-    seed = int(os.environ.get("CDC_SEED") or random.SystemRandom().randrange(10 ** 6))
-    rng = random.Random(seed)
     fields = [_field("id", "int64"),
               _field("big", "bytes", DECIMAL, scale="0", **{"connect.decimal.precision": "20"}),  # BIGINT UNSIGNED
               _field("wide", "bytes", DECIMAL, scale="2", **{"connect.decimal.precision": "38"}),
               _field("ns", "int64", "io.debezium.time.NanoTimestamp"),
               _field("it's", "string"), _field("b\\s", "string"), _field("q\"x'y", "string")]
     wide = [rng.randrange(-10 ** 36, 10 ** 36) for _ in range(6)] + [10 ** 36 - 1, -(10 ** 36), 5, -5, -128, 128]
-    lines, truth = [], {}
+    wide_truth = {}
     for i, units in enumerate(wide, start=1):
         big = rng.choice([2 ** 63, 2 ** 64 - 1, rng.randrange(2 ** 64)])
         ns = rng.randrange(-10 ** 18, 4 * 10 ** 18)
-        lines.append(_event(i, "c", fields, {"id": i, "big": _b64(big), "wide": _b64(units), "ns": ns,
-                                              "it's": f"a{i}", "b\\s": f"b{i}", "q\"x'y": f"c{i}"}))
-        truth[i] = {"id": i, "big": Decimal(big), "wide": _scaled(units, 2),
-                    "ns": _ts(ns // 1000), "it's": f"a{i}", "b\\s": f"b{i}", "q\"x'y": f"c{i}"}
-    lines.append(_event(90, "c", fields, {"id": 90, "big": _b64(10 ** 20), "wide": _b64(10 ** 38), "ns": 0,
-                                          "it's": "x", "b\\s": "y", "q\"x'y": "z"}))  # beyond both columns
+        (first if i <= 6 else second).append(_event(
+            40 + i, "c", fields, {"id": i, "big": _b64(big), "wide": _b64(units), "ns": ns,
+                                  "it's": f"a{i}", "b\\s": f"b{i}", "q\"x'y": f"c{i}"}, table="wide"))
+        wide_truth[i] = {"id": i, "big": Decimal(big), "wide": _scaled(units, 2),
+                         "ns": _ts(ns // 1000), "it's": f"a{i}", "b\\s": f"b{i}", "q\"x'y": f"c{i}"}
+    second.append(_event(90, "c", fields, {"id": 90, "big": _b64(10 ** 20), "wide": _b64(10 ** 38), "ns": 0,
+                                           "it's": "x", "b\\s": "y", "q\"x'y": "z"}, table="wide"))  # beyond both
 
     def check(cfg) -> None:  # type: ignore[no-untyped-def]
-        got = _rows(cfg)
-        assert got == truth, f"seed {seed}: " + str(
-            {k: (got.get(k), truth.get(k)) for k in set(got) | set(truth) if got.get(k) != truth.get(k)})
+        for table, expected, got in (
+                ("orders", truth, {k: (r["price"], r["at"]) for k, r in _rows(cfg, "orders").items()}),
+                ("wide", wide_truth, _rows(cfg, "wide"))):
+            assert got == expected, f"seed {seed} ({cfg.name}, {table}): " + str(
+                {k: (got.get(k), expected.get(k)) for k in set(got) | set(expected) if got.get(k) != expected.get(k)})
         reasons = _quarantined(cfg)
         assert len(reasons) == 1 and "column big: value" in reasons[0] and "decimal(20,0)" in reasons[0] \
             and "column wide: value" in reasons[0], (seed, reasons)
 
-    _in_one_and_in_two_runs(spark, tmp_path, [lines[:7], lines[7:]], check)
+    _in_one_and_in_two_runs(spark, tmp_path, [first, second], check)
