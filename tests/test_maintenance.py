@@ -492,3 +492,119 @@ def test_printed_move_aside_commands_work_when_pasted_for_paths_with_spaces(tmp_
     r = subprocess.run(["bash", "-c", mv2], capture_output=True, text=True)
     assert r.returncode == 0 and not table.exists(), (mv2, r.stderr)
     assert len(list(table.parent.glob("orders.damaged-*"))) == 2 and not list(first.iterdir())
+
+
+# -- the maintenance tester's findings, 2026-11-27 ----------------------------------------------
+def test_a_batch_planned_but_not_committed_holds_the_versions_it_pinned(tmp_path):
+    """An enrichment batch killed after its plan replays reading its dimensions (and its own
+    tables) at the planned versions. Maintenance vacuumed a dimension version in between (only
+    the fact table's change feed counted as read); the replay then stopped with exit 3 blaming
+    a VACUUM outside the pipeline. The planned version is held until the batch commits."""
+    from deltalake import write_deltalake
+    import pyarrow as pa
+
+    from cdc_lake.retention import pinned_readers
+
+    dim = tmp_path / "dim"
+    for i in range(4):  # versions 0..3, each replacing the previous file
+        write_deltalake(str(dim), pa.table({"id": [i]}), mode="overwrite")
+    ckpt = tmp_path / "reader_ckpt"
+    (ckpt / "commits").mkdir(parents=True)
+    (ckpt / "enrich_batches").mkdir()
+    (ckpt / "commits" / "0").write_text("v1\n{}\n")
+    for b, v in ((0, 0), (1, 1)):  # batch 0 committed; batch 1 planned on version 1, not committed
+        (ckpt / "enrich_batches" / f"{b}.json").write_text(json.dumps(
+            {"batch_id": b, "started_at": "2026-11-27T10:00:00+00:00",
+             "versions": {"dim:products": v, "enriched": None, "pending": None}}))
+    reader = SimpleNamespace(name="lines", checkpoint_path=ckpt, pinned_tables={"dim:products": dim})
+    readers = pinned_readers(dim, [reader])
+    assert readers == [("lines (batch 1 replay)", 0)]
+    report = maintain_table(dim, MaintenanceSettings(vacuum_retention_hours=0, compact=False), readers=readers)
+    assert report["vacuum"]["held_back_by"] == "lines (batch 1 replay)", report
+    assert DeltaTable(str(dim), version=1).to_pyarrow_table().to_pylist() == [{"id": 1}]  # replayable
+    (ckpt / "commits" / "1").write_text("v1\n{}\n")  # the replay committed: nothing pinned
+    assert pinned_readers(dim, [reader]) == []
+    report = maintain_table(dim, MaintenanceSettings(vacuum_retention_hours=0, compact=False),
+                            readers=pinned_readers(dim, [reader]))
+    assert report["vacuum"]["held_back_by"] is None and len(list(dim.glob("*.parquet"))) == 1
+
+
+def test_the_shipped_enrich_pipeline_pins_its_dimensions_and_own_tables():
+    cfg = load_pipeline(REPO / "pipelines" / "shop_order_lines.yaml")
+    assert {k for k in cfg.pinned_tables if k.startswith("dim:")} == {f"dim:{d.name}" for d in cfg.dimensions}
+    assert cfg.pinned_tables["enriched"] == cfg.outputs.enriched
+    assert cfg.pinned_tables["pending"] == cfg.outputs.pending
+
+
+def test_a_yaml_in_the_folder_that_does_not_load_holds_vacuum_of_every_table(tmp_path, capsys):
+    """A typo in an enrichment YAML dropped that reader from the reader check; its change feed
+    was vacuumed (exit 0, no warning). Which tables a broken YAML reads is unknown: VACUUM and
+    log cleanup of every table wait until it loads, and maintenance says so."""
+    from cdc_lake.maintenance import main
+
+    yaml, cfg = _two_appended_tables(tmp_path, "maint_held")
+    (tmp_path / "lines.yaml").write_text("kind: enrich\npipeline: lines\nlate_members: {wait: 2hours}\n")
+    files = {t: len(list(cfg.tables[t].path.glob("*.parquet"))) for t in ("orders", "customers")}
+    assert main(["--pipeline", str(yaml)]) == 0
+    out = capsys.readouterr()
+    summary = json.loads(out.out.split("CDC_MAINTENANCE_SUMMARY ", 1)[1])
+    assert [h.split(" (")[0] for h in summary["held_by_unloadable"]] == [str(tmp_path / "lines.yaml")]
+    assert "WARNING: VACUUM and log cleanup of every table held back" in out.err
+    for t in ("orders", "customers"):
+        vac = summary["tables"][t]["vacuum"]
+        assert vac["files_removed"] == 0 and str(tmp_path / "lines.yaml") in vac["held_back_by"], vac
+        assert len(list(cfg.tables[t].path.glob("*.parquet"))) == files[t] + 1  # + the compacted file
+
+
+def test_a_lost_single_data_file_a_gone_table_and_an_unreadable_record_stop_maintenance(tmp_path, capsys):
+    """Three states maintenance reported as fine (exit 0), each burying evidence: the only data
+    file of a table deleted (noticed only when compaction read it, i.e. with several files); a
+    table a run wrote removed ("absent"); its record of the tables' versions unreadable (the
+    lost-commit check silently skipped). Each is exit 3 now; a dry run says the same."""
+    from cdc_lake.cdc.state import VERSIONS_FILE, record_versions
+    from cdc_lake.maintenance import main
+
+    yaml, cfg = _two_appended_tables(tmp_path, "maint_states")
+    assert main(["--pipeline", str(yaml)]) == 0  # compacted: one data file per table
+    cfg.checkpoint_path.mkdir(parents=True, exist_ok=True)
+    record_versions(cfg)  # what a run records
+    capsys.readouterr()
+    [only] = [Path(u) for u in DeltaTable(str(cfg.tables["customers"].path)).file_uris()]
+    only.unlink()
+    import shutil
+
+    shutil.rmtree(cfg.tables["orders"].path)
+    for dry in ([], ["--dry-run"]):
+        assert main(["--pipeline", str(yaml), *dry]) == 3, dry
+        out = capsys.readouterr()
+        summary = json.loads(out.out.split("CDC_MAINTENANCE_SUMMARY ", 1)[1])
+        assert summary["tables"]["customers"]["status"] == "missing_file", summary
+        assert summary["tables"]["orders"]["status"] == "missing_table", summary
+        assert str(only) in out.err and "--full-refresh --tables orders" in out.err, out.err
+    record = cfg.checkpoint_path / VERSIONS_FILE
+    record.write_text(record.read_text()[:10])
+    assert main(["--pipeline", str(yaml)]) == 3
+    err = capsys.readouterr().err
+    assert "NEEDS RECOVERY: nothing maintained" in err and str(record) in err, err
+
+
+def test_retention_beyond_what_vacuum_takes_and_abbreviations_are_refused(tmp_path, capsys):
+    from cdc_lake.maintenance import main
+
+    f = tmp_path / "p.yaml"
+    f.write_text(DAG_YAML.format(root=tmp_path) + "maintenance: {vacuum_retention_hours: 10000000000000}\n")
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(f)
+    assert e.value.key == "maintenance.vacuum_retention_hours" and "at most" in str(e.value)
+    with pytest.raises(SystemExit):
+        main(["--pipeline", str(f), "--dry"])
+    assert "unrecognized arguments: --dry" in capsys.readouterr().err
+
+
+def test_a_dry_run_of_a_pipeline_that_never_ran_creates_nothing(tmp_path):
+    from cdc_lake.maintenance import main
+
+    f = tmp_path / "p.yaml"
+    f.write_text(DAG_YAML.format(root=tmp_path / "lake_root"))
+    assert main(["--pipeline", str(f), "--dry-run"]) == 0
+    assert not (tmp_path / "lake_root").exists()

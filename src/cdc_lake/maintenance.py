@@ -22,8 +22,12 @@ pipeline reading this table's change feed from its checkpoint at version *v* nee
 files of versions *v+1…*. The retention used for a table is therefore
 ``max(vacuum_retention_hours, age of the oldest commit some reader still has to read + 1 h)``,
 where readers are the enrichment pipelines in the same pipelines folder whose fact or dimension
-source is this table (read from their checkpoints' last committed offsets). The report names the
-reader that held retention back.
+source is this table (read from their checkpoints' last committed offsets), and batches an
+enrichment pipeline planned but has not committed (its replay reads the planned versions of its
+dimensions and own tables: :func:`cdc_lake.retention.pinned_readers`). A YAML in the folder that
+does not load could be such a reader: while one does not, VACUUM and log cleanup of every table
+wait (reported as ``held_by_unloadable`` and a warning). The report names the reader that held
+retention back.
 
 The same readers hold back the **log cleanup**: a change-feed reader reads the ``_delta_log``
 commits of the versions it has not read yet (and the commit of the last version it read, to see
@@ -34,7 +38,11 @@ skipped (the checkpoint is still written) and the report says so and names the r
 (``log_cleanup``). Maintenance's own commits (OPTIMIZE, VACUUM) then run without delta-rs's
 post-commit log cleanup.
 
-**Damaged tables.** Every table is maintained on its own: a table whose Delta log cannot be read
+**Damaged tables.** Before touching a table, maintenance checks it against the pipeline's record of
+the versions its runs left (an unreadable record stops it: exit 3, nothing maintained), that
+every data file of its snapshot is on disk, and that a table a run wrote still exists (each:
+``status`` ``changed_behind`` / ``missing_file`` / ``missing_table``, exit 3, not maintained).
+Every table is maintained on its own: a table whose Delta log cannot be read
 (a truncated or garbled ``_delta_log`` file) is reported by name and path with delta-rs's error
 and the recovery the pipeline's own job prints for that state, and the other tables are still
 maintained; a table that fails otherwise is reported with its error. The report is printed
@@ -65,7 +73,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc_lake.paths import mv_aside
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
-                                log_hold, log_retention_seconds, remove_files,
+                                log_hold, log_retention_seconds, pinned_readers, remove_files,
                                 vacuum_retention_hours)
 from cdc_lake.table_marks import missing_data_files
 
@@ -74,6 +82,7 @@ if TYPE_CHECKING:  # deltalake is imported where tables are touched: config/DAG 
 
 MAINTENANCE_SUMMARY_PREFIX = "CDC_MAINTENANCE_SUMMARY "
 EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED, EXIT_NEEDS_RECOVERY = 2, 75, 1, 3
+NEEDS_RECOVERY = ("damaged", "changed_behind", "missing_file", "missing_table")
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,13 @@ class MaintenanceSettings:
                    checkpoint=reader.bool("checkpoint", True))
 
 
+MAX_RETENTION_HOURS = 1_000_000  # ~114 years; delta-rs's VACUUM panics past ~2.5e12 hours
+
+
 def _int0(reader: Any, name: str, default: int) -> int:
     v = reader.int(name, default=default, minimum=0)
+    if v is not None and v > MAX_RETENTION_HOURS:
+        raise reader.fail(name, f"expected at most {MAX_RETENTION_HOURS} hours, got {v!r}")
     return default if v is None else int(v)
 
 
@@ -126,6 +140,25 @@ def _files(dt: DeltaTable) -> tuple[int, int]:
     table = actions.read_all() if hasattr(actions, "read_all") else actions
     sizes = table.column("size_bytes").to_pylist() if table.num_rows else []
     return len(sizes), int(sum(sizes))
+
+
+def _missing_files(dt: DeltaTable) -> list[Path]:
+    """Data files the current snapshot references that are not on disk (local tables; delta-rs
+    gives their paths percent-encoded: ``with%20space``)."""
+    from urllib.parse import unquote, urlparse
+
+    out = []
+    for uri in dt.file_uris():
+        if uri.startswith("file:") or "://" not in uri:
+            local = Path(unquote(urlparse(uri).path if uri.startswith("file:") else uri))
+            if not local.exists():
+                out.append(local)
+    return out
+
+
+def _gone_message(f: Path) -> str:
+    return (f"its data file {f} is gone (deleted by hand, or by a VACUUM outside this "
+            "pipeline's maintenance); its Delta log still references it")
 
 
 def _load(path: Path) -> tuple[DeltaTable | None, str | None]:
@@ -155,6 +188,9 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
     if dt is None:
         return {"path": str(path), "status": "damaged", "error": problem}
     readers = list(readers)
+    gone = _missing_files(dt)
+    if gone:  # noticed up front: compaction reads files only when a table has several (tester)
+        return {"path": str(path), "status": "missing_file", "error": _gone_message(gone[0])}
     files_before, bytes_before = _files(dt)
     report: dict[str, Any] = {"path": str(path), "status": "ok", "version_before": dt.version(),
                               "files_before": files_before, "bytes_before": bytes_before}
@@ -234,10 +270,10 @@ def _recorded_marks(cfg: Any) -> dict[str, tuple[int, str | None]]:
         from cdc_lake.enrich.state import recorded_marks
     else:
         return {}
-    try:
-        return recorded_marks(cfg)
-    except Exception:  # noqa: BLE001 - an unreadable record: the job's own check reports it
-        return {}
+    # strict: an unreadable record stops maintenance (exit 3). Without it nothing could tell a
+    # table that lost commits, and maintenance's own commits would take the lost versions'
+    # numbers (tester: rows lost, exit 0 everywhere after).
+    return recorded_marks(cfg, strict=True)
 
 
 def _changed_behind(cfg: Any, path: Path, marks: dict[str, tuple[int, str | None]]) -> str | None:
@@ -260,7 +296,8 @@ def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -
     restore = {"damaged": "restore the damaged file under _delta_log from a copy if you have one; "
                           "else ",
                "missing_file": "put the data file back from a copy if you have one (maintenance "
-                               "did not change this table); else "}.get(
+                               "did not change this table); else ",
+               "missing_table": "put the table back from a copy if you have one; else "}.get(
         status, "put removed _delta_log commit files back if you have them (maintenance did not "
                 "touch this table); else ")
     aside = f"`{mv_aside(path)}`"
@@ -294,41 +331,58 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
     from cdc_lake.locks import pipeline_lock
 
     settings = settings or getattr(cfg, "maintenance", None) or MaintenanceSettings()
+    held: list[str] = []
     if pipelines is None:
-        pipelines, _ = load_all(Path(cfg.file).parent)
+        pipelines, errors = load_all(Path(cfg.file).parent)
+        # A YAML that does not load may be a change-feed reader of these tables: which ones is
+        # unknown, so it holds VACUUM and log cleanup of every table until it loads (tester: a
+        # typo in an enrichment YAML dropped it from the readers; its history was vacuumed).
+        held = sorted({f"{e.file} (does not load: {str(e).splitlines()[0][:200]})" for e in errors
+                       if Path(e.file).resolve() != Path(cfg.file).resolve()})
+    if not any(Path(p.file).resolve() == Path(cfg.file).resolve() for p in pipelines
+               if getattr(p, "file", None)):
+        pipelines = [*pipelines, cfg]  # its own plans pin its own tables (enrichment)
     started = datetime.now(timezone.utc)
     lock = pipeline_lock(cfg)
-    lock.acquire(f"maintenance-{started:%Y%m%dT%H%M%S}")
+    if not dry_run or cfg.checkpoint_path.is_dir():  # a dry run creates nothing (tester)
+        lock.acquire(f"maintenance-{started:%Y%m%dT%H%M%S}")
+    else:
+        lock = None
     tables: dict[str, dict[str, Any]] = {}
     try:
         marks = _recorded_marks(cfg)
         for name, path in sorted(pipeline_tables(cfg).items()):
             try:
                 why = _changed_behind(cfg, path, marks)
+                readers = [*lagging_readers(path, pipelines), *pinned_readers(path, pipelines),
+                           *[(h, -1) for h in held]]
                 t = ({"path": str(path), "status": "changed_behind", "error": why} if why
-                     else maintain_table(path, settings, readers=lagging_readers(path, pipelines),
-                                         dry_run=dry_run))
-            except Exception as e:  # noqa: BLE001 - one table's failure must not stop the others
-                first = str(e).splitlines()[0][:300] if str(e) else ""
+                     else maintain_table(path, settings, readers=readers, dry_run=dry_run))
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as e:  # noqa: BLE001 - one table's failure must not stop the
+                first = str(e).splitlines()[0][:300] if str(e) else ""  # others (a delta-rs panic too)
                 t = {"path": str(path), "status": "failed", "error": f"{type(e).__name__}: {first}"}
                 gone = [f for f in missing_data_files(str(e)) if Path(path) in f.parents]
                 if gone:  # a data file deleted behind the table: an operator must act (exit 3)
-                    t.update(status="missing_file", error=f"its data file {gone[0]} is gone (deleted "
-                             "by hand, or by a VACUUM outside this pipeline's maintenance); its "
-                             "Delta log still references it")
-            if t["status"] in ("damaged", "changed_behind", "missing_file"):
+                    t.update(status="missing_file", error=_gone_message(gone[0]))
+            if t["status"] == "absent" and str(path) in marks:  # a run wrote it; it is gone
+                t.update(status="missing_table", error=(
+                    f"the pipeline's runs wrote this table (last at version {marks[str(path)][0]}) "
+                    "and it is gone: not a Delta table any more (its folder or _delta_log removed)"))
+            if t["status"] in NEEDS_RECOVERY:
                 t["recovery"] = damaged_recovery(cfg, name, path, t["status"])
             tables[name] = t
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     present = [t for t in tables.values() if t["status"] == "ok"]
     return {
         "pipeline": cfg.name, "dry_run": dry_run,
         "started_at": started.isoformat(timespec="seconds"),
         "tables": tables,
-        "failed": sorted(n for n, t in tables.items()
-                         if t["status"] in ("damaged", "changed_behind", "missing_file",
-                                            "failed")),
+        "failed": sorted(n for n, t in tables.items() if t["status"] in (*NEEDS_RECOVERY, "failed")),
+        "held_by_unloadable": held,
         "files_before": sum(t["files_before"] for t in present),
         "files_after": sum(t["files_after"] for t in present),
         "bytes_before": sum(t["bytes_before"] for t in present),
@@ -340,11 +394,13 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cdc_lake.maintenance", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m cdc_lake.maintenance", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--pipeline", required=True, help="pipeline YAML file")
     p.add_argument("--dry-run", action="store_true", help="report only: no compaction, no deletes")
     args = p.parse_args(argv)
     from cdc_lake.checkpoint import PipelineLocked
+    from cdc_lake.checkpoint_log import PipelineStateError
     from cdc_lake.config import ConfigError, load_pipeline
 
     try:
@@ -355,11 +411,18 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineLocked as e:
         print(f"[maintenance] PIPELINE LOCKED: {e}", file=sys.stderr)
         return EXIT_LOCKED
+    except PipelineStateError as e:  # its record of the tables' versions cannot be read
+        print(f"[maintenance] NEEDS RECOVERY: nothing maintained: {e}", file=sys.stderr)
+        return EXIT_NEEDS_RECOVERY
+    for h in report["held_by_unloadable"]:
+        print(f"[maintenance] WARNING: VACUUM and log cleanup of every table held back: {h}; it "
+              "may read these tables' history", file=sys.stderr)
     for name, t in report["tables"].items():
-        if t["status"] in ("damaged", "changed_behind", "missing_file", "failed"):
+        if t["status"] in (*NEEDS_RECOVERY, "failed"):
             what = {"damaged": "NEEDS RECOVERY: its Delta log cannot be read",
                     "changed_behind": "NEEDS RECOVERY: not maintained, changed behind the pipeline",
                     "missing_file": "NEEDS RECOVERY: not maintained, a data file is gone",
+                    "missing_table": "NEEDS RECOVERY: the table is gone",
                     }.get(t["status"], "FAILED")
             print(f"[maintenance] {name:<28} {what} ({t['path']}): {t['error']}"
                   + (f". Recovery: {t['recovery']}" if t.get("recovery") else ""), file=sys.stderr)
@@ -380,13 +443,13 @@ def main(argv: list[str] | None = None) -> int:
     print(MAINTENANCE_SUMMARY_PREFIX + json.dumps(report, default=str), flush=True)
     damaged = [n for n in report["failed"] if report["tables"][n]["status"] == "damaged"]
     changed = [n for n in report["failed"] if report["tables"][n]["status"] == "changed_behind"]
-    gone = [n for n in report["failed"] if report["tables"][n]["status"] == "missing_file"]
+    gone = [n for n in report["failed"] if report["tables"][n]["status"] in ("missing_file", "missing_table")]
     if damaged or changed or gone:
         what = "; ".join(([f"the Delta log of {', '.join(map(repr, damaged))} cannot be read"]
                           if damaged else [])
                          + ([f"{', '.join(map(repr, changed))} changed behind it (not maintained)"]
                             if changed else [])
-                         + ([f"{', '.join(map(repr, gone))} lost a data file (not maintained)"]
+                         + ([f"{', '.join(map(repr, gone))} lost a data file or the table (not maintained)"]
                             if gone else []))
         print(f"[maintenance] NEEDS RECOVERY: pipeline {report['pipeline']!r}: {what} (recovery "
               "above); the other tables were maintained", file=sys.stderr)

@@ -85,6 +85,41 @@ def lagging_readers(table: Path, pipelines: list[Any]) -> list[tuple[str, int]]:
     return found
 
 
+def pinned_readers(table: Path, pipelines: list[Any]) -> list[tuple[str, int]]:
+    """``(reader, version - 1)`` for every batch a pipeline planned on ``table`` at ``version``
+    and has not committed (an enrichment batch interrupted after its plan: its replay reads its
+    dimensions and its own tables at the planned versions, by time travel). In the form of
+    :func:`lagging_readers` (the last version "read"), so the same retention keeps the files of
+    the planned version (tester: a VACUUM between the crash and the replay removed a dimension
+    version the replay needed; it then stopped with exit 3 blaming a VACUUM outside the
+    pipeline). A plan file that cannot be read holds the table entirely (-1)."""
+    from cdc_lake.checkpoint_log import last_committed_batch
+
+    resolved = table.resolve()
+    found = []
+    for p in pipelines:
+        pinned = getattr(p, "pinned_tables", None)
+        keys = [k for k, path in (pinned or {}).items() if Path(path).resolve() == resolved]
+        if not keys:
+            continue
+        from cdc_lake.enrich.plan import PLANS_DIR
+
+        checkpoint = Path(p.checkpoint_path)
+        done = last_committed_batch(checkpoint)
+        for plan in sorted((checkpoint / PLANS_DIR).glob("*.json")):
+            if not plan.stem.isdigit() or (done is not None and int(plan.stem) <= done):
+                continue
+            try:
+                versions = json.loads(plan.read_text(encoding="utf-8"))["versions"]
+                needed = [versions.get(k) for k in keys]
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                needed = [-1]
+            for v in needed:
+                if isinstance(v, int) and not isinstance(v, bool):
+                    found.append((f"{p.name} (batch {plan.stem} replay)", max(v - 1, -1)))
+    return found
+
+
 def vacuum_retention_hours(dt: DeltaTable, configured: int,
                            readers: list[tuple[str, int]]) -> tuple[int, str | None]:
     """VACUUM's retention in hours: ``configured``, raised to keep every file the oldest

@@ -57,9 +57,11 @@ class CdcMaintenanceOperator(BaseOperator):
                                        + "\n".join(result.tail[-5:]))
         if result.code == 3:
             raise AirflowFailException(
-                f"Maintenance of {self.pipeline.name!r}: a table needs recovery (exit 3: its Delta log cannot be read, or it changed behind the pipeline); "
-                "the other tables were maintained; not retrying. The messages below name the table "
-                "and the recovery:\n" + "\n".join(result.tail[-10:]))
+                f"Maintenance of {self.pipeline.name!r}: a table or the pipeline's state needs "
+                "recovery (exit 3: a Delta log that cannot be read, a table changed behind the "
+                "pipeline, a data file or a table gone, or the record of the tables' versions "
+                "unreadable); not retrying. The messages below name the table or file and the "
+                "recovery:\n" + "\n".join(result.tail[-10:]))
         if result.code != 0:
             raise AirflowException(f"Maintenance of {self.pipeline.name!r} failed (exit {result.code}):\n"
                                    + "\n".join(result.tail[-10:]))

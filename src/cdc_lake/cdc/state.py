@@ -364,11 +364,12 @@ def _recorded_versions(checkpoint: Path, strict: bool = False, key: str = "versi
     return {p: v for p, v in entries.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
-def recorded_marks(cfg: PipelineConfig) -> dict[str, tuple[int, str | None]]:
+def recorded_marks(cfg: PipelineConfig, strict: bool = False) -> dict[str, tuple[int, str | None]]:
     """``table path -> (version, commit fingerprint)`` the last run left each table at (for
-    :mod:`cdc_lake.table_marks`; maintenance checks them before it touches a table)."""
-    fps = _recorded_versions(cfg.checkpoint_path, key="fingerprints")
-    return {p: (v, fps.get(p)) for p, v in _recorded_versions(cfg.checkpoint_path).items()}
+    :mod:`cdc_lake.table_marks`; maintenance checks them before it touches a table).
+    ``strict``: an unreadable record raises (see :func:`_recorded_versions`)."""
+    fps = _recorded_versions(cfg.checkpoint_path, strict=strict, key="fingerprints")
+    return {p: (v, fps.get(p)) for p, v in _recorded_versions(cfg.checkpoint_path, strict=strict).items()}
 
 
 def record_versions(cfg: PipelineConfig, rebuilt: frozenset[str] | set[str] = frozenset()) -> None:

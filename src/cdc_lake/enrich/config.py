@@ -183,6 +183,15 @@ class EnrichConfig:
         return (self.fact.change_feed,) if self.fact.change_feed else ()
 
     @property
+    def pinned_tables(self) -> dict[str, Path]:
+        """Tables a batch plan pins by version (``cdc_lake.enrich.plan``), by the plan's key: a
+        replayed batch reads them at those versions, so maintenance keeps their files while a
+        batch planned on them is not committed (``cdc_lake.retention.pinned_readers``)."""
+        out = {f"dim:{d.name}": d.table for d in self.dimensions}
+        out.update({"enriched": self.outputs.enriched, "pending": self.outputs.pending})
+        return out
+
+    @property
     def output_tables(self) -> dict[str, Path]:
         """Every table the job writes, by the name used in txn ids and crash points."""
         out = {"enriched": self.outputs.enriched, "pending": self.outputs.pending}
