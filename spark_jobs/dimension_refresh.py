@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from cdc_lake.checkpoint import PipelineLocked
+    from cdc_lake.checkpoint_log import PipelineStateError
     from cdc_lake.config import ConfigError, load_pipeline
     from cdc_lake.summary import print_summary
 
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineLocked as e:
         print(f"[dimension] PIPELINE LOCKED: {e}", file=sys.stderr, flush=True)
         return EXIT_LOCKED
+    except PipelineStateError as e:  # its state file or the table's commits: an operator acts
+        print(f"[dimension] NEEDS RECOVERY: {e}", file=sys.stderr, flush=True)
+        return EXIT_INVALID
     except Exception:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
         traceback.print_exc()
         print("[dimension] RUN FAILED (see the error above)", file=sys.stderr, flush=True)

@@ -161,3 +161,35 @@ def test_real_spark_submit_runs_the_jit_the_operator_chose(monkeypatch, tmp_path
     state, _, summary = task_result(dr)
     assert state == "success", f"task {state}; see the spark-submit output above"
     assert summary["events_read"] == 4 and summary["driver_jit"] == "C1+C2", summary
+
+
+def test_an_offsets_file_of_another_kind_of_source_is_exit_3_naming_it(tmp_path):
+    """Tester: the enrichment checkpoint's ``offsets/1`` copied over the CDC ``offsets/2`` passed
+    the format check; the run failed with a bare ``KeyError: 'logOffset'`` (exit 1, retried)."""
+    from cdc_lake.cdc.backlog import check_landed_files_unchanged
+    from cdc_lake.checkpoint_log import PipelineStateError
+
+    cfg = load_pipeline(_pipeline(tmp_path))
+    cp = cfg.checkpoint_path
+    (cp / "commits").mkdir(parents=True)
+    (cp / "offsets").mkdir()
+    (cp / "commits" / "2").write_text("v1\n{}\n")
+    (cp / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"version": 3}\n')
+    with pytest.raises(PipelineStateError) as e:
+        check_landed_files_unchanged(cfg)
+    assert str(cp / "offsets" / "2") in str(e.value) and "logOffset" in str(e.value), str(e.value)
+    assert "move the checkpoint aside" in str(e.value)
+    assert backlog(cfg) is None and not nothing_new(cfg)  # a doubt, not "nothing new"
+
+
+def test_the_printed_mtime_recovery_covers_every_changed_file():
+    """Tester: with 12 restored files the printed `touch` commands covered the first 5 only;
+    following them stopped the next run on the other 7, and again."""
+    import re
+
+    from cdc_lake.cdc.backlog import LandedFileChanged
+
+    changed = [(f"/landing/f{i:02d}.json", 1795000000000 + i, 1795000009000) for i in range(12)]
+    msg = str(LandedFileChanged(changed, "/landing"))
+    [touch, _] = re.findall(r"`(touch -m -d @[^`]+)`", msg)
+    assert sorted(re.findall(r"/landing/f\d\d\.json", touch)) == [p for p, _, _ in changed]

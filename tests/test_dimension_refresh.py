@@ -234,6 +234,23 @@ def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
     assert {r["product_id"]: r["category"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()} \
         == {1: "a", 2: "b"}, "refused runs changed nothing"
 
+    # Tester: the state file truncated let an older date roll the table back; the table's newest
+    # commit removed counted the date as applied (an empty table, exit 0). Both: exit 3 now.
+    from cdc_lake.dimensions.refresh import STATE_FILE
+
+    state = cfg.checkpoint_path / STATE_FILE
+    good = state.read_text()
+    state.write_text(good[:12])
+    assert job.main(["--pipeline", str(yaml), "--date", "2025-12-31"]) == 3
+    err = capsys.readouterr().err
+    assert "NEEDS RECOVERY" in err and str(state) in err and "truncated or corrupt" in err, err
+    state.write_text(good)
+    newest = sorted((cfg.table / "_delta_log").glob("*.json"))[-1]
+    newest.unlink()
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 3
+    err = capsys.readouterr().err
+    assert "NEEDS RECOVERY" in err and str(cfg.table) in err and "commits were lost" in err, err
+
 
 @pytest.mark.parametrize("patch,key,words", [
     ({"schedule": "{assets: [file:///x]}"}, "schedule", "logical date"),

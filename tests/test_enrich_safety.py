@@ -415,3 +415,95 @@ def test_a_deleted_data_file_of_a_dimension_or_output_ends_the_run_with_exit_3_n
     assert code == 3 and last.startswith("[enrich] NEEDS RECOVERY"), out[-3000:]
     assert any(str(f) in last for f in victims) and "outputs.enriched" in last, last
     assert "--reprocess" in last, last  # which heals it: test_own_table_lost_behind_the_checkpoint
+
+
+def test_a_missing_checkpoint_id_with_batches_stops_and_names_the_id_the_tables_hold(tmp_path: Path) -> None:
+    """Tester: ``cdc_instance.json`` lost after a crash (``offsets/2`` without ``commits/2``): a new
+    id was minted, the replay's writes did not match the first attempt's txn ids and its
+    aggregate contributions were added again (exit 0). A checkpoint with batches and no id now
+    stops (exit 3) and prints the id found in the output tables' txn appIds; written back, the
+    run goes on with it. A checkpoint without batches still mints one."""
+    import json
+
+    from deltalake import CommitProperties, Transaction
+
+    from cdc_lake.checkpoint import INSTANCE_FILE
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.enrich.job import _instance
+
+    cfg = load_pipeline(write_yaml(tmp_path))
+    write_deltalake(str(cfg.outputs.enriched), pa.table({"x": [1]}), commit_properties=CommitProperties(
+        app_transactions=[Transaction(app_id="enrich-safe-0123456789abcdef-enriched", version=2)]))
+    (cfg.checkpoint_path / "offsets").mkdir(parents=True)
+    (cfg.checkpoint_path / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"version": 3}\n')
+    with pytest.raises(PipelineStateError) as e:
+        _instance(cfg)
+    msg = str(e.value)
+    assert str(cfg.checkpoint_path / INSTANCE_FILE) in msg and "is missing" in msg, msg
+    command = msg.split("`")[1]
+    assert command.startswith("echo ") and "0123456789abcdef" in command, msg
+    os.system(command)  # the printed recovery, as pasted
+    assert _instance(cfg) == "0123456789abcdef"
+    (cfg.checkpoint_path / INSTANCE_FILE).write_text("{trunc")
+    with pytest.raises(PipelineStateError) as e:
+        _instance(cfg)
+    assert "0123456789abcdef" in str(e.value) and "truncated or corrupt" in str(e.value), str(e.value)
+    (tmp_path / "fresh").mkdir()
+    fresh = load_pipeline(write_yaml(tmp_path / "fresh"))
+    assert len(_instance(fresh)) == 16 and json.loads((fresh.checkpoint_path / INSTANCE_FILE).read_text())
+
+
+def test_an_unreadable_record_a_check_depends_on_stops_the_run(tmp_path: Path) -> None:
+    """Tester: a truncated ``enrich_table_versions.json`` let an aggregate that lost its newest
+    commit through, a truncated ``enrich_definitions.json`` a changed ``sums`` expression (both
+    exit 0, wrong totals; intact, the runs stopped with exit 3 / 2). Unreadable, they stop the
+    run now (exit 3: a PipelineStateError), naming the file and the recovery."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.enrich.state import DEFINITIONS_FILE, VERSIONS_FILE, check_definitions, check_tables
+
+    cfg = load_pipeline(write_yaml(tmp_path))
+    (cfg.checkpoint_path / "commits").mkdir(parents=True)
+    (cfg.checkpoint_path / "commits" / "0").write_text("v1\n{}\n")
+    for name, check in ((VERSIONS_FILE, check_tables), (DEFINITIONS_FILE, check_definitions)):
+        f = cfg.checkpoint_path / name
+        f.write_text('{"tables": {"enr')
+        with pytest.raises(PipelineStateError) as e:
+            check(cfg)
+        assert str(f) in str(e.value) and "truncated or corrupt" in str(e.value), str(e.value)
+        assert "--reprocess" in str(e.value) and "mv " in str(e.value), str(e.value)
+        f.unlink()
+
+
+def test_a_replay_planned_on_a_version_the_table_no_longer_has_is_exit_3(spark, tmp_path: Path) -> None:
+    """Tester: an enrichment batch killed after pinning ``dim:orders=4``, then orders rebuilt by
+    the CDC job's documented recovery (version 0): every retry failed with delta-rs's
+    "LogSegment end version ..." (exit 1). Now a PipelineStateError naming table, versions and
+    the recovery (--reprocess)."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.engines import select_engine
+    from cdc_lake.enrich.plan import read_at
+
+    table = tmp_path / "orders"
+    write_deltalake(str(table), pa.table({"id": [1]}))
+    engine = select_engine(spark, "deltalake")
+    assert read_at(engine, str(table), 0).count() == 1
+    with pytest.raises(PipelineStateError) as e:
+        read_at(engine, str(table), 4)
+    assert f"{table} at Delta version 4" in str(e.value) and "is at version 0" in str(e.value)
+    assert "--reprocess" in str(e.value)
+
+
+def test_a_damaged_reprocess_start_file_is_exit_3_naming_it(tmp_path: Path) -> None:
+    """Tester: a truncated ``enrich_start.json`` failed with a bare JSONDecodeError (exit 1)."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.enrich.fact_source import START_FILE, start_version
+
+    cfg = load_pipeline(write_yaml(tmp_path))
+    assert start_version(cfg) is None
+    cfg.checkpoint_path.mkdir(parents=True)
+    (cfg.checkpoint_path / START_FILE).write_text('{"starting_version": 7}')
+    assert start_version(cfg) == 7
+    (cfg.checkpoint_path / START_FILE).write_text('{"starting_ver')
+    with pytest.raises(PipelineStateError) as e:
+        start_version(cfg)
+    assert str(cfg.checkpoint_path / START_FILE) in str(e.value) and "--reprocess" in str(e.value)

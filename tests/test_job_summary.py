@@ -34,6 +34,23 @@ def test_latest_json_is_never_replaced_by_an_older_run(tmp_path):
     record_summary(runs, "p", _s("run_x", "09:00:00", "09:00:01"))
     assert json.loads((runs / "p" / "latest.json").read_text())["run_id"] == "run_x"
     assert not [f for f in (runs / "p").iterdir() if f.name.endswith(".tmp")]
+    # A latest.json from the future (a host with a fast clock) is not a newer run (tester: it
+    # stayed the latest for good).
+    record_summary(runs, "p", {**_s("skewed", "10:00:00", "10:00:01"),
+                               "started_at": "2099-01-01T00:00:00+00:00", "finished_at": "2099-01-01T00:00:01+00:00"})
+    record_summary(runs, "p", _s("run_y", "11:00:00", "11:00:01"))
+    assert json.loads((runs / "p" / "latest.json").read_text())["run_id"] == "run_y"
+
+
+def test_a_failed_runs_summary_that_cannot_be_written_does_not_hide_the_runs_error(tmp_path, capsys):
+    """Tester: an unwritable runs folder made the failure path's summary write raise, which
+    replaced the run's own error (a damaged checkpoint's exit 3 became exit 1)."""
+    from cdc_lake.summary import record_failure
+
+    runs = tmp_path / "_runs"
+    runs.write_text("not a folder")
+    record_failure(runs, "p", _s("run_f", "10:00:00", "10:00:01", status="failed"))
+    assert "WARNING: could not write the failed run's summary" in capsys.readouterr().err
 
 
 def test_print_summary_machine_line(capsys):

@@ -55,6 +55,11 @@ def is_older(candidate: dict[str, Any], existing: dict[str, Any]) -> bool:
     a, b = _when(candidate), _when(existing)
     if a is None or b is None:
         return False  # an unreadable existing summary is replaced
+    try:  # a summary from the future (a host with a fast clock) is not a newer run (tester)
+        if b[0].timestamp() > datetime.now().timestamp() + 300:
+            return False
+    except (OverflowError, ValueError, OSError):
+        return False
     return a < b
 
 
@@ -85,6 +90,17 @@ def record_summary(runs_path: str | os.PathLike[str], pipeline: str,
         return path  # a newer run already recorded its summary: keep it as the latest
     _atomic_write(latest, text)
     return path
+
+
+def record_failure(runs_path: str | os.PathLike[str], pipeline: str, summary: dict[str, Any]) -> None:
+    """:func:`record_summary` of a failed run: a summary that cannot be written (an unwritable
+    runs folder) is a warning here, so the run's own error stays the one reported (tester: a
+    PermissionError replaced a damaged checkpoint's exit 3 by exit 1)."""
+    try:
+        record_summary(runs_path, pipeline, summary)
+    except OSError as e:
+        print(f"[cdc-lake] WARNING: could not write the failed run's summary under {runs_path}: "
+              f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def print_summary(summary: dict[str, Any], human: Iterable[str] = (),

@@ -225,6 +225,10 @@ class DimensionRefreshOperator(_KindOperator):
             raise AirflowFailException(f"Dimension {name!r}: the job rejected its config or arguments "
                                        f"(exit 2); not retrying.{last}") from error
         if code == 3:
+            if "NEEDS RECOVERY" in last:
+                raise AirflowFailException(f"Dimension {name!r}: its table or state file needs recovery "
+                                           f"(exit 3); not retrying. The job's message names it and "
+                                           f"the recovery:{last}") from error
             raise AirflowFailException(f"Dimension {name!r}: the snapshot is not a valid full snapshot "
                                        f"(exit 3); fix the file, then clear this task.{last}") from error
         if code == 66:

@@ -167,6 +167,21 @@ def check_landing_names(cfg: PipelineConfig) -> None:
         raise LandingFileNames(cfg, sorted(bad))
 
 
+def _log_offset(cfg: PipelineConfig, batch: int, src: object) -> int:
+    """The file source's ``logOffset`` in ``offsets/<batch>``; PipelineStateError (exit 3) when
+    it holds another source's offset (was a bare KeyError 'logOffset', exit 1: tester)."""
+    if not isinstance(src, dict) or isinstance(src.get("logOffset"), bool) \
+            or not isinstance(src.get("logOffset"), int):
+        from cdc_lake.cdc.state import reset_command
+
+        raise PipelineStateError(
+            f"pipeline {cfg.name!r}: {cfg.checkpoint_path / 'offsets' / str(batch)} does not hold the "
+            f"file source's offset (logOffset) but {str(src)[:120]}: not written by this pipeline's "
+            f"stream (copied from another checkpoint?). Recovery: put the right file back from a "
+            f"copy; else {reset_command(cfg)}")
+    return int(src["logOffset"])
+
+
 def _taken(cfg: PipelineConfig) -> set[str] | None:
     """Local paths the file source took in committed batches; None when the log says something
     this module does not understand (more than one source, a non-local URI)."""
@@ -177,7 +192,7 @@ def _taken(cfg: PipelineConfig) -> set[str] | None:
     entry = read_offsets(cp, committed)
     if len(entry.sources) != 1 or entry.sources[0] is None:  # one file source
         return None
-    log_offset = int(entry.sources[0]["logOffset"])
+    log_offset = _log_offset(cfg, committed, entry.sources[0])
     seen: set[str] = set()
     for log_id, path in source_log_files(cp, 0):
         if log_id > log_offset:
@@ -199,7 +214,9 @@ class LandedFileChanged(PipelineStateError):
         listing = "; ".join(f"{p} (taken when modified at {_iso(t)}, now modified at {_iso(n)})"
                             for p, t, n in shown)
         more = f" and {len(changed) - len(shown)} more" if len(changed) > len(shown) else ""
-        touch = " && ".join(f"touch -m -d @{t / 1000:.3f} {shlex.quote(p)}" for p, t, _ in shown)
+        # every file (not only the ones listed): following a partial command stopped the next
+        # run again on the rest (tester)
+        touch = " && ".join(f"touch -m -d @{t / 1000:.3f} {shlex.quote(p)}" for p, t, _ in changed)
         super().__init__(
             f"{len(changed)} landing file(s) in {landing} changed after the stream read them: "
             f"{listing}{more}. Spark's file source reads each file once, so lines written to it "
@@ -334,7 +351,7 @@ def _taken_entries(cfg: PipelineConfig) -> dict[str, int]:
     entry = read_offsets(cp, committed)
     if len(entry.sources) != 1 or entry.sources[0] is None:
         return {}
-    log_offset = int(entry.sources[0]["logOffset"])
+    log_offset = _log_offset(cfg, committed, entry.sources[0])
     out: dict[str, int] = {}
     for log_id, path in source_log_files(cp, 0):
         if log_id > log_offset:

@@ -40,7 +40,7 @@ from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
 from cdc_lake.runids import safe_run_id
 from cdc_lake.spark_session import build_session, driver_java_options
-from cdc_lake.summary import SUMMARY_PREFIX, record_summary
+from cdc_lake.summary import SUMMARY_PREFIX, record_failure, record_summary
 
 __all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
 MAX_FILE_AGE = FILE_SOURCE_MAX_AGE  # (see cdc_lake.config)
@@ -119,7 +119,7 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
         except Exception as e:
             if not full_refresh and not isinstance(e, PipelineStateError):
                 _best_effort(record_tables, cfg)  # tables a failed run created are ours too
-            record_summary(cfg.runs_path, cfg.name, {
+            record_failure(cfg.runs_path, cfg.name, {
                 "pipeline": cfg.name, "run_id": run_id, "status": "failed",
                 "error": f"{type(e).__name__}: {str(e)[:2000]}",
                 "started_at": started_at.isoformat(timespec="seconds"),

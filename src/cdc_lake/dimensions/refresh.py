@@ -68,11 +68,42 @@ def version_date(v: int | None) -> str | None:
 
 
 def read_state(state: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((state / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The state file (``{}`` when there is none). One that exists but cannot be read stops the
+    run (:class:`~cdc_lake.checkpoint.StateFileDamaged`, exit 3): read as "nothing applied", it
+    let an older date roll the dimension back (tester)."""
+    from cdc_lake.checkpoint import read_state_file
+    from cdc_lake.paths import mv_aside
+
+    f = state / STATE_FILE
+    data = read_state_file(
+        f, "the last date applied to the dimension table (a date that changed nothing is recorded "
+           "only here), by which an older date never rolls the table back",
+        f"restore it from a copy; or move it aside (`{mv_aside(f)}`) and re-run the newest "
+        "date already applied: that run records it again", lambda d: True)
+    return data or {}
+
+
+def check_table(engine: Engine, cfg: DimensionPipelineConfig, state: dict[str, Any]) -> None:
+    """:class:`~cdc_lake.checkpoint_log.PipelineStateError` when the table is below the Delta
+    version the last refresh left it at, or gone (tester: its newest commit removed, the date
+    counted as applied: an empty dimension table, exit 0)."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.paths import mv_aside
+
+    left = state.get("delta_version")
+    if not isinstance(left, int) or isinstance(left, bool):
+        return
+    now = engine.version(str(cfg.table)) if engine.exists(str(cfg.table)) else None
+    if now is not None and now >= left:
+        return
+    where = "is gone" if now is None else f"is at version {now}"
+    raise PipelineStateError(
+        f"pipeline {cfg.name}: the dimension table {cfg.table} {where}, but the refresh of "
+        f"{state.get('date')} left it at version {left} ({cfg.checkpoint_path / STATE_FILE}): "
+        "commits were lost. Recovery: put the removed _delta_log commits back from a copy; else "
+        f"rebuild it: move the table and the state aside (`{mv_aside(cfg.table)}` and "
+        f"`{mv_aside(cfg.checkpoint_path / STATE_FILE)}`), then apply the snapshots again from the "
+        "first date (SCD1: the newest date alone rebuilds it; docs/dimensions.md, backfill)")
 
 
 def _write_state(state: Path, data: dict[str, Any]) -> None:
@@ -233,6 +264,7 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
     }
     with pipeline_lock(cfg) as lock:
         lock.acquire(run_id)
+        check_table(engine, cfg, read_state(cfg.checkpoint_path))
         before = last_applied(engine, cfg)
         summary["last_applied_before"] = version_date(before)
         want = date_version(date)

@@ -15,8 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import json
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -30,8 +28,15 @@ START_FILE = "enrich_start.json"
 def start_version(cfg: EnrichConfig) -> int | None:
     """The change-feed version a --reprocess run left for the stream to start at (None: from
     the table's first version)."""
+    from cdc_lake.checkpoint import read_state_file
+    from cdc_lake.paths import q
+
     p = cfg.checkpoint_path / START_FILE
-    return int(json.loads(p.read_text(encoding="utf-8"))["starting_version"]) if p.is_file() else None
+    data = read_state_file(  # damaged: exit 3 naming it (was a bare JSONDecodeError, exit 1)
+        p, "the change-feed version a --reprocess snapshot left for the stream to start after",
+        f"run the rebuild again: `spark-submit spark_jobs/enrich.py --pipeline {q(cfg.file)} --reprocess`",
+        lambda d: isinstance(d.get("starting_version"), int) and not isinstance(d["starting_version"], bool))
+    return None if data is None else int(data["starting_version"])
 
 
 def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery: str) -> DataFrame:

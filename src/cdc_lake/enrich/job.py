@@ -42,7 +42,7 @@ from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
 from cdc_lake.spark_session import build_session
-from cdc_lake.summary import record_summary
+from cdc_lake.summary import record_failure, record_summary
 
 REPROCESS_MARK = "enrich_reprocess.json"
 
@@ -52,6 +52,36 @@ __all__ = ["EnrichNeedsReprocess", "run_enrich", "fact_stream"]
 
 def _recovery(cfg: EnrichConfig) -> str:
     return recovery_command(cfg)
+
+
+def _instance(cfg: EnrichConfig) -> str:
+    """The checkpoint's id (it names every write in the Delta txn appIds
+    ``enrich-<pipeline>-<id>-<table>``, by which a replayed batch skips what it wrote). Minted
+    only for a checkpoint without batches: a new id on a checkpoint with a planned batch would
+    write that batch's aggregate contributions a second time (tester: counts 136 for 114 rows,
+    exit 0). A missing or damaged file stops the run (exit 3) naming the id the tables hold."""
+    import re
+
+    from cdc_lake.checkpoint import INSTANCE_FILE, read_instance_id
+    from cdc_lake.checkpoint_log import last_offset_batch
+    from cdc_lake.paths import q
+    from cdc_lake.table_writers import table_app_ids
+
+    f = cfg.checkpoint_path / INSTANCE_FILE
+    own = re.compile(rf"^enrich-{re.escape(cfg.name)}-([0-9a-f]{{16}})-")
+    ids = sorted({m.group(1) for path in cfg.output_tables.values()
+                  for app in table_app_ids(path) if (m := own.match(app))})
+    write_back = (f"`echo '{{\"instance_id\": \"{ids[0]}\"}}' > {q(f)}` (the id the pipeline's "
+                  "tables hold in their Delta txn appIds) and run again" if len(ids) == 1 else
+                  "write the id back: `{\"instance_id\": \"<id>\"}`, <id> as in the txn appIds "
+                  f"enrich-{cfg.name}-<id>-<table> of its output tables" + (f" (found: {ids})" if ids else ""))
+    recovery = f"restore it from a copy, or {write_back}; or rebuild: `{_recovery(cfg)}`"
+    found = read_instance_id(cfg.checkpoint_path, recovery=recovery)
+    if found is None and last_offset_batch(cfg.checkpoint_path) is not None:
+        raise PipelineStateError(
+            f"pipeline {cfg.name}: {f} is missing, but the checkpoint has batches: a new id would "
+            f"write a replayed batch's aggregate contributions again. Recovery: {recovery}")
+    return instance_id(cfg.checkpoint_path)
 
 
 class FactTableMissing(RuntimeError):
@@ -107,7 +137,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                 _bootstrap(spark, cfg, engine, run_id, snapshot)
             progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook)
         except Exception as e:
-            record_summary(cfg.runs_path, cfg.name, {
+            record_failure(cfg.runs_path, cfg.name, {
                 "pipeline": cfg.name, "run_id": run_id, "status": "failed", "kind": "enrich",
                 "error": f"{type(e).__name__}: {str(e)[:2000]}",
                 "started_at": started_at.isoformat(timespec="seconds"),
@@ -129,8 +159,7 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
     # every Spark log file readable, metadata and the events' file-source log complete (exit 3);
     # a missing source log entry made a run skip new event files silently (tester)
     validate_checkpoint(cfg.checkpoint_path, recovery=_recovery(cfg))
-    writer = EnrichBatch(cfg, engine, instance=instance_id(cfg.checkpoint_path), run_id=run_id,
-                         stats=stats, hook=hook)
+    writer = EnrichBatch(cfg, engine, instance=_instance(cfg), run_id=run_id, stats=stats, hook=hook)
     errors: list[BaseException] = []
     guard = _delta_spark_guard(cfg, engine)
     driver_read = _driver_read(cfg, engine, stats)

@@ -100,8 +100,31 @@ def _prune(folder: Path, batch_id: int) -> None:
 
 
 def read_at(engine: Engine, path: str, version: int | None) -> DataFrame | None:
-    """The table's snapshot at ``version`` (None: the table did not exist then)."""
-    return None if version is None else engine.read(path, version=version)
+    """The table's snapshot at ``version`` (None: the table did not exist then).
+
+    Raises :class:`~cdc_lake.checkpoint_log.PipelineStateError` (exit 3) when the table is now
+    below ``version`` (re-created or rolled back since the batch was planned: a replay cannot
+    read what the batch planned; delta-rs failed with "LogSegment end version ..." on every
+    retry, exit 1: tester)."""
+    if version is None:
+        return None
+    try:
+        return engine.read(path, version=version)
+    except Exception as e:  # noqa: BLE001 - looked at only when the read fails (no cost otherwise)
+        try:
+            now = engine.version(path) if engine.exists(path) else None
+        except Exception:  # noqa: BLE001 - the table itself is damaged: the original error says it
+            raise e from None
+        if now is not None and now >= version:
+            raise
+        from cdc_lake.checkpoint_log import PipelineStateError
+
+        raise PipelineStateError(
+            f"a batch of this pipeline was planned on {path} at Delta version {version} and is being "
+            f"replayed, but that table {'is gone' if now is None else f'is at version {now}'} "
+            "(re-created or rolled back since): the replay cannot read what the batch planned. "
+            "Recovery: put the table back as it was if you can; else rebuild the pipeline's "
+            "outputs with `spark-submit spark_jobs/enrich.py --pipeline <yaml> --reprocess`") from e
 
 
 def now_utc() -> datetime:

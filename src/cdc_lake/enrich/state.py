@@ -95,9 +95,28 @@ def _read_json(f: Path) -> dict[str, Any] | None:
 
 
 # -- own tables' versions -------------------------------------------------------------------
-def recorded_versions(checkpoint: Path) -> dict[str, dict[str, Any]]:
-    """``name -> {"path": str, "version": int}`` as the last batch left the tables."""
-    data = _read_json(checkpoint / VERSIONS_FILE) or {}
+def _read_record(f: Path, holds: str, recovery: str) -> dict[str, Any] | None:
+    """A record of ours that a check depends on: None when there is none; a record that exists
+    but cannot be read stops the run (exit 3), since the check would silently not run (tester:
+    a truncated versions file let a lost aggregate commit through, a truncated definitions file
+    a changed aggregate: wrong totals, exit 0)."""
+    from cdc_lake.checkpoint import read_state_file
+
+    return read_state_file(f, holds, recovery, lambda d: True)
+
+
+def recorded_versions(checkpoint: Path, strict: bool = False) -> dict[str, dict[str, Any]]:
+    """``name -> {"path": str, "version": int}`` as the last batch left the tables.
+    ``strict`` (the check before a run): a file that cannot be read raises."""
+    f = checkpoint / VERSIONS_FILE
+    if strict:
+        data = _read_record(f, "the version each output table was left at by the last batch, by "
+                               "which a run notices a table that lost commits",
+                            f"restore it from a copy; or make sure no output table lost commits "
+                            f"(else rebuild with --reprocess), then move it aside (`{mv_aside(f)}`) "
+                            "and run again: the next batch records the tables as they are") or {}
+    else:
+        data = _read_json(f) or {}
     tables = data.get("tables")
     if not isinstance(tables, dict):
         return {}
@@ -165,7 +184,7 @@ def has_committed(cfg: EnrichConfig) -> bool:
 def check_tables(cfg: EnrichConfig) -> None:
     """Raise :class:`EnrichNeedsReprocess` when an own state table is gone, unreadable or at a
     lower version than the last batch left it at (see the module doc)."""
-    recorded = recorded_versions(cfg.checkpoint_path)
+    recorded = recorded_versions(cfg.checkpoint_path, strict=True)
     committed = last_committed_batch(cfg.checkpoint_path) is not None
     problems: list[str] = []
     for name, path in state_tables(cfg).items():
@@ -234,7 +253,12 @@ def check_definitions(cfg: EnrichConfig) -> None:
     if not has_committed(cfg):
         record_definitions(cfg)
         return
-    data = _read_json(cfg.checkpoint_path / DEFINITIONS_FILE)
+    f = cfg.checkpoint_path / DEFINITIONS_FILE
+    data = _read_record(f, "the aggregate definitions the stored groups were counted with, by which "
+                           "a run refuses a changed aggregate",
+                        f"restore it from a copy; or, only if the YAML's aggregates did not change "
+                        f"since the last run, move it aside (`{mv_aside(f)}`) and run again (that "
+                        f"run records them as they are); else rebuild: {recovery_command(cfg)}")
     before = data.get("aggregates") if isinstance(data, dict) else None
     if not isinstance(before, dict):
         # a checkpoint from before definitions were recorded: an aggregate table that does not
