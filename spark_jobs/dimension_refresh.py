@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from cdc_lake.config import ConfigError, load_pipeline
     from cdc_lake.summary import print_summary
 
+    cfg = None
     try:
         cfg = load_pipeline(args.pipeline)
         if cfg.kind != "dimension":
@@ -85,7 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[dimension] NEEDS RECOVERY: {e}", file=sys.stderr, flush=True)
         return EXIT_INVALID
     except Exception:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
-        traceback.print_exc()
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        if getattr(cfg, "kind", None) == "dimension":
+            from cdc_lake.dimensions.refresh import damaged_table
+
+            why = damaged_table(cfg, text)
+            if why is not None:  # an operator has to act: say so last, exit 3 (no retry)
+                print(f"[dimension] NEEDS RECOVERY: {why}", file=sys.stderr, flush=True)
+                return EXIT_INVALID
         print("[dimension] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
         return EXIT_FAILED
     print_summary(summary, human=_human(summary))

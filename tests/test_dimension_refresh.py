@@ -250,6 +250,11 @@ def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
     assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 3
     err = capsys.readouterr().err
     assert "NEEDS RECOVERY" in err and str(cfg.table) in err and "commits were lost" in err, err
+    newest = sorted((cfg.table / "_delta_log").glob("*.json"))[-1]
+    newest.write_bytes(newest.read_bytes()[:30])  # a truncated commit: was exit 1, a traceback
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 3
+    err = capsys.readouterr().err
+    assert "NEEDS RECOVERY" in err and "cannot be read" in err and str(cfg.table) in err, err[-800:]
 
 
 @pytest.mark.parametrize("patch,key,words", [

@@ -507,3 +507,28 @@ def test_a_damaged_reprocess_start_file_is_exit_3_naming_it(tmp_path: Path) -> N
     with pytest.raises(PipelineStateError) as e:
         start_version(cfg)
     assert str(cfg.checkpoint_path / START_FILE) in str(e.value) and "--reprocess" in str(e.value)
+
+
+def test_a_damaged_delta_log_of_a_table_the_pipeline_reads_or_writes_is_named_after_a_failure(tmp_path: Path) -> None:
+    """Tester: a truncated commit of the fact table, a dimension or the manifest failed the run
+    with a traceback (exit 1, retried for nothing). After a failure the job looks for a table
+    whose log cannot be loaded and stops with exit 3 naming it and its recovery."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.enrich.state import EnrichNeedsReprocess, damaged_log
+
+    cfg = load_pipeline(write_yaml(tmp_path))
+    assert damaged_log(cfg) is None  # nothing there yet
+    facts(tmp_path, (1, 10, 5))
+    facts(tmp_path, (2, 10, 6))
+    write_deltalake(str(cfg.outputs.enriched), pa.table({"x": [1]}))
+    assert damaged_log(cfg) is None
+    newest = tmp_path / "lake/facts/_delta_log" / f"{1:020d}.json"
+    newest.write_bytes(newest.read_bytes()[:40])
+    err = damaged_log(cfg)
+    assert isinstance(err, PipelineStateError) and not isinstance(err, EnrichNeedsReprocess), err
+    assert "fact.change_feed" in str(err) and "cannot be read" in str(err), err
+    newest.unlink()  # the fact table is readable again (at version 0); now an own output
+    log = cfg.outputs.enriched / "_delta_log" / f"{0:020d}.json"
+    log.write_text("{")
+    err = damaged_log(cfg)
+    assert isinstance(err, EnrichNeedsReprocess) and "--reprocess" in str(err), err

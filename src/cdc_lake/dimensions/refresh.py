@@ -83,6 +83,36 @@ def read_state(state: Path) -> dict[str, Any]:
     return data or {}
 
 
+def damaged_table(cfg: DimensionPipelineConfig, error_text: str) -> str | None:
+    """After a failed run: why the dimension table cannot be read (a data file gone, a Delta
+    log delta-rs cannot load) with the recovery, else None: exit 3 instead of exit 1 and a
+    traceback retried for nothing (tester)."""
+    from cdc_lake.paths import mv_aside
+    from cdc_lake.table_marks import missing_data_files
+
+    rebuild = (f"restore it from a copy if you have one; else rebuild it: move the table and the "
+               f"state aside (`{mv_aside(cfg.table)}` and `{mv_aside(cfg.checkpoint_path / STATE_FILE)}`), "
+               "then apply the snapshots again from the first date (SCD1: the newest date alone "
+               "rebuilds it)")
+    gone = [f for f in missing_data_files(error_text) if Path(cfg.table) in f.parents]
+    if gone:
+        return (f"pipeline {cfg.name}: the data file {gone[0]} of the dimension table {cfg.table} is "
+                f"gone; its Delta log still references it. Recovery: put the file back, or {rebuild}")
+    if not (Path(cfg.table) / "_delta_log").is_dir():
+        return None
+    from deltalake import DeltaTable
+
+    try:
+        DeltaTable(str(cfg.table))
+    except OSError:
+        return None
+    except Exception as e:  # noqa: BLE001 - DeltaError and kin: the log is damaged
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return (f"pipeline {cfg.name}: the Delta log of the dimension table {cfg.table} cannot be "
+                f"read ({type(e).__name__}: {first}). Recovery: {rebuild}")
+    return None
+
+
 def check_table(engine: Engine, cfg: DimensionPipelineConfig, state: dict[str, Any]) -> None:
     """:class:`~cdc_lake.checkpoint_log.PipelineStateError` when the table is below the Delta
     version the last refresh left it at, or gone (tester: its newest commit removed, the date

@@ -419,20 +419,53 @@ def _missing_file_error(cfg: EnrichConfig, f: Path) -> PipelineStateError | None
         detail = (f"pipeline {cfg.name!r}: the data file {f} of the {what} {key} at {path} is "
                   "gone (deleted by hand, or removed by a VACUUM outside this pipeline's "
                   "maintenance); its Delta log still references it, so no run can read it")
-        if key == "outputs.quarantine":
-            return PipelineStateError(
-                f"{detail}. Recovery: put the file back from a copy if you have one; else move "
-                f"the table aside (`{mv_aside(path)}`, its rows stay readable there except "
-                "that file's) and run again: the job starts a new quarantine table")
-        if (key, path, what) in own:
-            return EnrichNeedsReprocess(
-                f"{detail}. Recovery: put the file back from a copy if you have one; else "
-                f"{recovery_command(cfg)} (rebuilds every output from the upstream tables)")
+        return _table_error(cfg, key, Path(path), (key, path, what) in own, detail,
+                            "put the file back from a copy if you have one", "except that file's")
+    return None
+
+
+def _table_error(cfg: EnrichConfig, key: str, path: Path, own: bool, detail: str, restore: str,
+                 rows_kept: str) -> PipelineStateError:
+    """The state error for a damaged table the pipeline reads or writes, with the recovery its
+    role needs: the quarantine moved aside, an own output rebuilt by --reprocess, an upstream
+    table rebuilt by its writer first."""
+    if key == "outputs.quarantine":
         return PipelineStateError(
-            f"{detail}. Recovery: put the file back from a copy if you have one; else "
-            f"{rebuild_hint(Path(path))}; then run this pipeline again (it says when the rebuilt "
-            f"table needs {recovery_command(cfg)}). Do not --reprocess before: it needs every "
-            "file of the upstream tables")
+            f"{detail}. Recovery: {restore}; else move the table aside (`{mv_aside(path)}`, its "
+            f"rows stay readable there {rows_kept}) and run again: the job starts a new "
+            "quarantine table")
+    if own:
+        return EnrichNeedsReprocess(
+            f"{detail}. Recovery: {restore}; else {recovery_command(cfg)} (rebuilds every output "
+            "from the upstream tables)")
+    return PipelineStateError(
+        f"{detail}. Recovery: {restore}; else {rebuild_hint(path)}; then run this pipeline again "
+        f"(it says when the rebuilt table needs {recovery_command(cfg)}). Do not --reprocess "
+        "before: it needs every file of the upstream tables")
+
+
+def damaged_log(cfg: EnrichConfig) -> PipelineStateError | None:
+    """After a failed run: the state error for the first table the pipeline reads or writes
+    whose Delta log delta-rs cannot load (a truncated commit, a checkpoint that is gone), else
+    None: exit 3 naming the table and its recovery instead of exit 1 and a traceback, retried
+    for nothing (tester: the fact, a dimension, the manifest). Only looked at on failure."""
+    from deltalake import DeltaTable
+
+    own, upstream = _tables_read_and_written(cfg)
+    for key, path, what in own + upstream:
+        if path is None or not (Path(path) / "_delta_log").is_dir():
+            continue
+        try:
+            DeltaTable(str(path))
+        except OSError:
+            continue  # the storage, maybe transient: the run's own error stands (retried)
+        except Exception as e:  # noqa: BLE001 - DeltaError and kin: the log is damaged
+            first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+            detail = (f"pipeline {cfg.name!r}: the Delta log of the {what} {key} at {path} cannot "
+                      f"be read ({type(e).__name__}: {first})")
+            return _table_error(cfg, key, Path(path), (key, path, what) in own, detail,
+                                "restore the damaged _delta_log file from a copy if you have one",
+                                "up to its last readable version")
     return None
 
 
