@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
         if getattr(cfg, "kind", None) == "enrich":
-            from cdc_lake.enrich.state import damaged_log, missing_data_file
+            from cdc_lake.enrich.table_damage import damaged_log, missing_data_file
 
             state = missing_data_file(cfg, text) or damaged_log(cfg)
             if state is not None:  # an operator has to act: say so last, exit 3 (no retry)

@@ -514,7 +514,8 @@ def test_a_damaged_delta_log_of_a_table_the_pipeline_reads_or_writes_is_named_af
     with a traceback (exit 1, retried for nothing). After a failure the job looks for a table
     whose log cannot be loaded and stops with exit 3 naming it and its recovery."""
     from cdc_lake.checkpoint_log import PipelineStateError
-    from cdc_lake.enrich.state import EnrichNeedsReprocess, damaged_log
+    from cdc_lake.enrich.state import EnrichNeedsReprocess
+    from cdc_lake.enrich.table_damage import damaged_log
 
     cfg = load_pipeline(write_yaml(tmp_path))
     assert damaged_log(cfg) is None  # nothing there yet

@@ -35,9 +35,9 @@ from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
 from cdc_lake.enrich.preflight import preflight
-from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_inputs_present,
-                                   check_reset, check_tables, record_definitions,
-                                   recovery_command)
+from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
+                                   check_tables, record_definitions, recovery_command)
+from cdc_lake.enrich.table_damage import check_inputs_present
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
