@@ -35,6 +35,7 @@ engine: {{name: deltalake}}
 tables:
   orders: {{keys: [id]}}
   wide: {{keys: [id]}}
+  dec: {{keys: [id]}}
 """
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -158,3 +159,48 @@ def test_values_are_decoded_by_their_own_events_schema_however_the_batches_are_c
             and "column wide: value" in reasons[0], (seed, reasons)
 
     _in_one_and_in_two_runs(spark, tmp_path, [first, second], check)
+
+
+def test_hints_without_a_lossless_merge_are_refused_not_stored_changed(spark, tmp_path):
+    """Verification tester, same day: hints that do not merge were decoded by their own decoder
+    and cast into the first hint's type: a MicroTimestamp cut to a date, a Decimal rounded to a
+    double, scale 4 rounded into decimal(38,2), empty base64 stored as 0, an epoch-day number
+    into an existing timestamp column read as seconds (1970). Each such value is quarantined
+    now; values the column holds exactly are stored."""
+    cfg = _pipeline(tmp_path, "mixed")
+    d38 = {"connect.decimal.precision": "38"}
+    date_f = [_field("id", "int64"), _field("d", "int32", "io.debezium.time.Date")]
+    ts_f = [_field("id", "int64"), _field("d", "int64", "io.debezium.time.MicroTimestamp")]
+    dbl_f = [_field("id", "int64"), _field("d", "double")]
+    dec_f = [_field("id", "int64"), _field("d", "bytes", DECIMAL, scale="2", **{"connect.decimal.precision": "20"})]
+    s2 = [_field("id", "int64"), _field("d", "bytes", DECIMAL, scale="2", **d38)]
+    s4 = [_field("id", "int64"), _field("d", "bytes", DECIMAL, scale="4", **d38)]
+    lines = [
+        _event(1, "c", date_f, {"id": 1, "d": 19723}),                           # date: stored
+        _event(2, "c", ts_f, {"id": 2, "d": 1704105000123456}),                  # refused
+        _event(3, "c", dbl_f, {"id": 1, "d": 1.5}, table="wide"),                # double: stored
+        _event(4, "c", dec_f, {"id": 2, "d": _b64(12345678901234567891)}, table="wide"),  # refused
+        _event(5, "c", s2, {"id": 10, "d": _b64(150)}),                          # 1.50
+        _event(6, "c", s4, {"id": 11, "d": _b64(15000)}),                        # 1.5000: exact, stored
+        _event(7, "c", s4, {"id": 12, "d": _b64(12345)}),                        # 1.2345: refused
+        _event(8, "c", s2, {"id": 13, "d": ""}),                                 # no bytes: refused
+    ]
+    for i in (4, 5, 6, 7):  # two decimal scales without a lossless merge: table dec
+        lines[i] = lines[i].replace('"table": "orders"', '"table": "dec"')
+    (cfg.landing_path / "000.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_pipeline(cfg, spark=spark)
+    from datetime import date
+
+    assert {k: r["d"] for k, r in _rows(cfg, "orders").items()} == {1: date(2024, 1, 1)}
+    assert {k: r["d"] for k, r in _rows(cfg, "wide").items()} == {1: 1.5}  # the Decimal: refused
+    dec = {k: r["d"] for k, r in _rows(cfg, "dec").items()}
+    assert dec == {10: Decimal("1.50"), 11: Decimal("1.50")}, dec  # 1.5000 held exactly by (38,2)
+    reasons = _quarantined(cfg)
+    assert len(reasons) == 4 and all("is not a valid" in r for r in reasons), reasons
+    # an existing timestamp column and an epoch-day number: not read as seconds
+    later = _pipeline(tmp_path, "later")
+    (later.landing_path / "000.json").write_text(_event(1, "c", ts_f, {"id": 1, "d": 1704105000123456}) + "\n")
+    run_pipeline(later, spark=spark)
+    (later.landing_path / "001.json").write_text(_event(2, "c", date_f, {"id": 2, "d": 19723}) + "\n")
+    run_pipeline(later, spark=spark)
+    assert set(_rows(later, "orders")) == {1} and len(_quarantined(later)) == 1, _rows(later, "orders")

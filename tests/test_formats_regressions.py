@@ -92,7 +92,8 @@ def test_debezium_unavailable_value_placeholder_is_an_error_and_transaction_mark
     twice = json.dumps({"schema": {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
         {"field": "id", "type": "int64"}, {"field": "id", "type": "string"}]}]},
         "payload": json.loads(ev("c", {"id": 5}))})
-    lines = [toast, toast_bytes, nested, delete, begin, end_wrapped, twice]
+    toast_array = ev("u", {"id": 6, "tags": ["__debezium_unavailable_value"]})  # a TOASTed array
+    lines = [toast, toast_bytes, nested, delete, begin, end_wrapped, twice, toast_array]
     df = spark.createDataFrame([("f.json", x) for x in lines], "_file string, _line string")
     got = {r["_line"]: (r["_kind"], r["_error"]) for r in parser_for("debezium")(df).collect()}
     assert got[toast][1].startswith("column(s) body hold Debezium's unavailable-value placeholder")
@@ -100,5 +101,6 @@ def test_debezium_unavailable_value_placeholder_is_an_error_and_transaction_mark
     assert got[toast_bytes][1].startswith("column(s) blob hold")
     assert got[nested] == ("row", None) and got[delete] == ("row", None)
     assert got[begin] == ("skip", None) and got[end_wrapped] == ("skip", None)
+    assert got[toast_array][1].startswith("column(s) tags hold"), got[toast_array]
     assert got[twice] == ("row", "the schema's after fields list a name twice or a field without a "
                                  'name: ["id","id"]')

@@ -26,22 +26,41 @@ from cdc_lake.cdc.widening import widen
 
 def hinted(hints: tuple[str, ...], fmt: str) -> ColumnType | None:
     """The column type stated by the hints a batch carries for one column (``None``: no hint
-    names a known type). Several hints: their types merged losslessly (``widening.widen``;
-    types with no lossless merge, e.g. ``bigint`` and ``string``: the first hint's type, each
-    value then checked against it as usual); where their decoders or scales differ, the type
-    lists each hint's decoder in ``by_hint`` for :func:`cdc_lake.cdc.column_types.decode`."""
+    names a known type). Several hints: their types merged losslessly (``widening.widen``);
+    where their decoders or scales differ, the type lists each hint's decoder in ``by_hint`` for
+    :func:`cdc_lake.cdc.column_types.decode`. A hint whose type has no lossless merge with the
+    others (``date`` and ``timestamp``, ``bigint`` and a ``MicroTimestamp``, ``double`` and a
+    ``Decimal``): the column keeps the first hint's type, and the values of that hint are cast
+    into it with the usual exactness check where both decode plainly (Canal ``int`` and
+    ``varchar``), decoded by their own decoder within one type family (two decimals: an inexact
+    value is refused by the decoder), and refused otherwise (``refuse``: quarantined as not
+    valid; decoded and cast they were stored changed: a timestamp cut to its date, µs read as
+    seconds, a decimal rounded to a double — tester)."""
     one = from_canal if fmt == "canal" else from_debezium
     known = [(h, t) for h in sorted(set(hints)) if (t := one(h)) is not None]
     if not known:
         return None
     first = known[0][1]
     sql = first.sql
-    for _, t in known[1:]:
-        sql = _merged(sql, t.sql) or sql
-    ways = {(t.decoder, t.scale) for _, t in known}
-    if len(ways) == 1:
+    ways = [(known[0][0], first.decoder, first.scale)]
+    for h, t in known[1:]:
+        merged = _merged(sql, t.sql)
+        if merged is not None:
+            sql = merged
+            ways.append((h, t.decoder, t.scale))
+        elif first.decoder == "plain" and t.decoder == "plain":
+            ways.append((h, "plain", 0))  # cast, then checked value by value (changes.py)
+        elif _family(t.sql) == _family(first.sql):
+            ways.append((h, t.decoder, t.scale))
+        else:
+            ways.append((h, "refuse", 0))
+    if len({(d, sc) for _, d, sc in ways}) == 1:
         return replace(first, sql=sql)
-    return replace(first, sql=sql, by_hint=tuple((h, t.decoder, t.scale) for h, t in known))
+    return replace(first, sql=sql, by_hint=tuple(ways))
+
+
+def _family(sql: str) -> str:
+    return re.sub(r"\(.*", "", sql)
 
 
 def _merged(a: str, b: str) -> str | None:

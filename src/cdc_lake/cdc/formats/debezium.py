@@ -129,8 +129,11 @@ def _unavailable_reason(image: Column) -> Column:
     """Null unless a top-level value of ``image`` is the placeholder: then the error naming the
     columns. Storing the placeholder would replace the column's real value (tester)."""
     fields = F.try_variant_get(image, "$", "map<string,variant>")
-    cols = F.map_keys(F.map_filter(fields, lambda k, v: F.try_variant_get(v, "$", "string")
-                                   .isin(*UNAVAILABLE)))
+    marks = F.array(*[F.lit(x) for x in UNAVAILABLE])
+    # a scalar placeholder, or an array holding it (an untouched TOASTed PostgreSQL array)
+    cols = F.map_keys(F.map_filter(fields, lambda k, v: F.try_variant_get(v, "$", "string").isin(*UNAVAILABLE)
+                                   | F.coalesce(F.arrays_overlap(F.try_variant_get(v, "$", "array<string>"),
+                                                                 marks), F.lit(False))))
     return F.when(F.size(cols) > 0, F.concat(
         F.lit("column(s) "), F.array_join(F.array_sort(cols), ", "),
         F.lit(" hold Debezium's unavailable-value placeholder (a PostgreSQL TOAST value the change "
