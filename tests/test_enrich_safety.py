@@ -533,3 +533,24 @@ def test_a_damaged_delta_log_of_a_table_the_pipeline_reads_or_writes_is_named_af
     log.write_text("{")
     err = damaged_log(cfg)
     assert isinstance(err, EnrichNeedsReprocess) and "--reprocess" in str(err), err
+
+
+def test_a_dimension_earlier_batches_read_that_is_gone_stops_the_run(tmp_path: Path) -> None:
+    """Verification tester: ``products/_delta_log`` deleted after batch 0 read it: the next run
+    treated it as "no table yet", parked all 58 new facts and exited 0 (also under --reprocess)."""
+    import json
+
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.enrich.table_damage import check_dimensions_present
+
+    cfg = load_pipeline(write_yaml(tmp_path))
+    check_dimensions_present(cfg)  # a new pipeline: nothing read yet
+    plans = cfg.checkpoint_path / "enrich_batches"
+    plans.mkdir(parents=True)
+    (plans / "0.json").write_text(json.dumps({"batch_id": 0, "started_at": "2026-11-27T10:00:00+00:00",
+                                              "versions": {"dim:products": 1, "enriched": None}}))
+    with pytest.raises(PipelineStateError) as e:
+        check_dimensions_present(cfg)
+    assert "dimensions.products.table" in str(e.value) and "is gone" in str(e.value), str(e.value)
+    products(tmp_path, (1, "a"))  # back (a rebuilt table): the run goes on
+    check_dimensions_present(cfg)

@@ -544,15 +544,18 @@ def test_a_yaml_in_the_folder_that_does_not_load_holds_vacuum_of_every_table(tmp
 
     yaml, cfg = _two_appended_tables(tmp_path, "maint_held")
     (tmp_path / "lines.yaml").write_text("kind: enrich\npipeline: lines\nlate_members: {wait: 2hours}\n")
+    (tmp_path / "latin.yaml").write_bytes(b"pipeline: caf\xe9\n")  # not UTF-8: was a crash, exit 1
     files = {t: len(list(cfg.tables[t].path.glob("*.parquet"))) for t in ("orders", "customers")}
     assert main(["--pipeline", str(yaml)]) == 0
     out = capsys.readouterr()
     summary = json.loads(out.out.split("CDC_MAINTENANCE_SUMMARY ", 1)[1])
-    assert [h.split(" (")[0] for h in summary["held_by_unloadable"]] == [str(tmp_path / "lines.yaml")]
+    assert [h.split(" (")[0] for h in summary["held_by_unloadable"]] == [str(tmp_path / "latin.yaml"),
+                                                                        str(tmp_path / "lines.yaml")]
+    assert "not UTF-8" in summary["held_by_unloadable"][0]
     assert "WARNING: VACUUM and log cleanup of every table held back" in out.err
     for t in ("orders", "customers"):
         vac = summary["tables"][t]["vacuum"]
-        assert vac["files_removed"] == 0 and str(tmp_path / "lines.yaml") in vac["held_back_by"], vac
+        assert vac["files_removed"] == 0 and str(tmp_path / "latin.yaml") in vac["held_back_by"], vac
         assert len(list(cfg.tables[t].path.glob("*.parquet"))) == files[t] + 1  # + the compacted file
 
 
@@ -581,6 +584,8 @@ def test_a_lost_single_data_file_a_gone_table_and_an_unreadable_record_stop_main
         assert summary["tables"]["customers"]["status"] == "missing_file", summary
         assert summary["tables"]["orders"]["status"] == "missing_table", summary
         assert str(only) in out.err and "--full-refresh --tables orders" in out.err, out.err
+        [gone_line] = [x for x in out.err.splitlines() if "the table is gone" in x]
+        assert "orders" in gone_line and "mv " not in gone_line, gone_line  # nothing to move
     record = cfg.checkpoint_path / VERSIONS_FILE
     record.write_text(record.read_text()[:10])
     assert main(["--pipeline", str(yaml)]) == 3

@@ -335,7 +335,11 @@ def read_yaml(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
     file = Path(path).expanduser().resolve()
     if not file.is_file():
         raise ConfigError(file, "", "pipeline config file not found")
-    text = file.read_text(encoding="utf-8")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:  # a Latin-1 or binary file: a config error, not a crash of
+        raise ConfigError(file, "", f"not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); "
+                          "save the YAML as UTF-8") from None  # every folder loader (tester)
     try:
         raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:

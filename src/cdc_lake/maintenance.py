@@ -302,6 +302,13 @@ def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -
                 "touch this table); else ")
     aside = f"`{mv_aside(path)}`"
     kind = getattr(cfg, "kind", "cdc")
+    if status == "missing_table" and kind == "cdc":  # nothing there to move aside (tester)
+        from cdc_lake.cdc.state import refresh_command
+
+        table = name.split("/", 1)[1] if name.startswith("_tombstones/") else name
+        if name in ("_quarantine", "_ddl_log"):
+            return f"{restore}run the pipeline again: it creates a new one"
+        return f"{restore}{refresh_command(cfg, [table])}"
     if kind == "cdc":
         if name in ("_quarantine", "_ddl_log"):
             return (f"{restore}move the table aside ({aside}): the next run creates a new one, and "

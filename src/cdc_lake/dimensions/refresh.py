@@ -294,7 +294,8 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
     }
     with pipeline_lock(cfg) as lock:
         lock.acquire(run_id)
-        check_table(engine, cfg, read_state(cfg.checkpoint_path))
+        state = read_state(cfg.checkpoint_path)
+        check_table(engine, cfg, state)
         before = last_applied(engine, cfg)
         summary["last_applied_before"] = version_date(before)
         want = date_version(date)
@@ -306,6 +307,11 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
             summary["status"] = "already_applied"
             summary["message"] = f"{date} was already applied: nothing changed (idempotent per date)"
             summary["skipped_writes"] = 1
+            if not state:  # the state file was moved aside (its recovery): record the date again
+                _write_state(cfg.checkpoint_path, {
+                    "date": date, "version": want, "run_id": safe_run_id(run_id),
+                    "delta_version": engine.version(str(cfg.table)) if engine.exists(str(cfg.table)) else None,
+                    "applied_at": datetime.now(timezone.utc).isoformat()})
         else:
             _apply(spark, engine, cfg, date, run_id, summary)
         after = last_applied(engine, cfg)

@@ -37,7 +37,7 @@ from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
 from cdc_lake.enrich.preflight import preflight
 from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
                                    check_tables, record_definitions, recovery_command)
-from cdc_lake.enrich.table_damage import check_inputs_present
+from cdc_lake.enrich.table_damage import check_dimensions_present, check_inputs_present
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
@@ -124,6 +124,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                     + (", nothing reset" if reprocess else ""))
             if reprocess:
                 check_inputs_present(cfg)  # a deleted upstream file: exit 3 before any delete
+                check_dimensions_present(cfg)
                 _reset(cfg, engine)
             elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
                 raise EnrichNeedsReprocess(
@@ -132,6 +133,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
             else:
                 check_definitions(cfg)  # aggregate new or changed: exit 2
                 check_tables(cfg)       # own tables lost commits / deleted: exit 3
+                check_dimensions_present(cfg)  # a dimension batches read is gone: exit 3
             snapshot = EnrichStats()  # the --reprocess snapshot batch, reported on its own
             if reprocess:
                 _bootstrap(spark, cfg, engine, run_id, snapshot)

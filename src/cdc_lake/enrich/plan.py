@@ -99,7 +99,8 @@ def _prune(folder: Path, batch_id: int) -> None:
             pass
 
 
-def read_at(engine: Engine, path: str, version: int | None) -> DataFrame | None:
+def read_at(engine: Engine, path: str, version: int | None, recovery: str = "spark-submit "
+            "spark_jobs/enrich.py --pipeline <the pipeline's YAML> --reprocess") -> DataFrame | None:
     """The table's snapshot at ``version`` (None: the table did not exist then).
 
     Raises :class:`~cdc_lake.checkpoint_log.PipelineStateError` (exit 3) when the table is now
@@ -124,7 +125,7 @@ def read_at(engine: Engine, path: str, version: int | None) -> DataFrame | None:
             f"replayed, but that table {'is gone' if now is None else f'is at version {now}'} "
             "(re-created or rolled back since): the replay cannot read what the batch planned. "
             "Recovery: put the table back as it was if you can; else rebuild the pipeline's "
-            "outputs with `spark-submit spark_jobs/enrich.py --pipeline <yaml> --reprocess`") from e
+            f"outputs with `{recovery}`") from e
 
 
 def now_utc() -> datetime:

@@ -125,17 +125,10 @@ def recorded_versions(checkpoint: Path, strict: bool = False) -> dict[str, dict[
 
 def recorded_marks(cfg: EnrichConfig, strict: bool = False) -> dict[str, tuple[int, str | None]]:
     """``table path -> (version, commit fingerprint)`` the last batch left each state table at.
-    ``strict`` (maintenance): a record that exists but cannot be read raises
-    :class:`~cdc_lake.checkpoint_log.PipelineStateError` instead of counting as empty."""
-    f = cfg.checkpoint_path / VERSIONS_FILE
-    if strict and f.exists() and _read_json(f) is None:
-        raise PipelineStateError(
-            f"{f} cannot be read: it records the version each of the pipeline's tables was left "
-            "at, by which maintenance notices a table that lost commits (its own commits would "
-            f"otherwise take the lost versions' numbers). Run the enrichment job first (`spark-submit spark_jobs/enrich.py --pipeline {q(cfg.file)}`): "
-            "its next batch writes the record again; then run maintenance")
+    ``strict`` (maintenance): a record that exists but cannot be read raises, with the recovery
+    the job prints for it (:func:`recorded_versions`)."""
     return {e["path"]: (e["version"], e["fingerprint"] if isinstance(e.get("fingerprint"), str)
-                        else None) for e in recorded_versions(cfg.checkpoint_path).values()}
+                        else None) for e in recorded_versions(cfg.checkpoint_path, strict=strict).values()}
 
 
 def record_versions(cfg: EnrichConfig, versions: dict[str, int | None]) -> None:

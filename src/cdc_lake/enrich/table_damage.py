@@ -128,3 +128,37 @@ def check_inputs_present(cfg: EnrichConfig) -> None:
                 err = _missing_file_error(cfg, f)
                 if err is not None:
                     raise PipelineStateError(f"{err} Nothing was reset.")
+
+
+def check_dimensions_present(cfg: EnrichConfig) -> None:
+    """A dimension table an earlier batch read (its plan pinned a version) that is not a Delta
+    table any more (folder or ``_delta_log`` removed) stops the run (exit 3). Read as "no table
+    yet" it parked every new fact, exit 0, and after ``late_members.wait`` released them with
+    unknown members (tester); under ``--reprocess`` the same. Run before the stream and before
+    ``--reprocess`` deletes anything."""
+    import json
+
+    from deltalake import DeltaTable
+
+    from cdc_lake.enrich.plan import PLANS_DIR
+
+    plans = sorted((p for p in (cfg.checkpoint_path / PLANS_DIR).glob("*.json") if p.stem.isdigit()),
+                   key=lambda p: int(p.stem))
+    read: dict[str, int] = {}
+    for plan in plans:
+        try:
+            versions = json.loads(plan.read_text(encoding="utf-8")).get("versions") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # an unreadable plan: the writer's own replay check reports it
+        for d in cfg.dimensions:
+            v = versions.get(f"dim:{d.name}") if isinstance(versions, dict) else None
+            if isinstance(v, int) and not isinstance(v, bool):
+                read[d.name] = v
+    for d in cfg.dimensions:
+        if d.name in read and not DeltaTable.is_deltatable(str(d.table)):
+            raise PipelineStateError(
+                f"pipeline {cfg.name!r}: the dimension table dimensions.{d.name}.table at {d.table} "
+                f"is gone (no Delta table there), but batches of this pipeline read it (last at "
+                f"version {read[d.name]}): facts joined with it now would all wait for members that "
+                f"no longer exist. Recovery: put the table back; else {rebuild_hint(Path(d.table))}; "
+                f"then run this pipeline again (it says when it needs {recovery_command(cfg)})")

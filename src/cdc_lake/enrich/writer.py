@@ -156,7 +156,8 @@ class EnrichBatch:
         frames = {}
         for d in self.cfg.dimensions:
             version = plan.versions.get(f"dim:{d.name}")
-            frame = DimensionFrame(d, read_at(self.engine, str(d.table), version), version)
+            frame = DimensionFrame(d, read_at(self.engine, str(d.table), version,
+                                              recovery_command(self.cfg)), version)
             check_dimension(frame, str(self.cfg.file))
             frames[d.name] = frame
         return frames
@@ -191,8 +192,10 @@ class EnrichBatch:
         frames = self._dims(plan)
         dim_versions = {n: f.version for n, f in frames.items()}
         self.stats.dimension_versions = dict(dim_versions)
-        enriched0 = read_at(self.engine, str(cfg.outputs.enriched), plan.versions.get("enriched"))
-        pending0 = read_at(self.engine, str(cfg.outputs.pending), plan.versions.get("pending"))
+        enriched0 = read_at(self.engine, str(cfg.outputs.enriched), plan.versions.get("enriched"),
+                            recovery_command(cfg))
+        pending0 = read_at(self.engine, str(cfg.outputs.pending), plan.versions.get("pending"),
+                           recovery_command(cfg))
         rows = fact_rows(cfg, batch, batch_id)
         norm = latest_per_key(cfg, rows, batch_id).persist()
         cached.append(norm)
