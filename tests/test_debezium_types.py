@@ -36,6 +36,7 @@ tables:
   orders: {{keys: [id]}}
   wide: {{keys: [id]}}
   dec: {{keys: [id]}}
+  ts: {{keys: [id]}}
 """
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -187,9 +188,19 @@ def test_hints_without_a_lossless_merge_are_refused_not_stored_changed(spark, tm
     ]
     for i in (4, 5, 6, 7):  # two decimal scales without a lossless merge: table dec
         lines[i] = lines[i].replace('"table": "orders"', '"table": "dec"')
+    # two hints of one type family, one of them cast plainly: the format-decoded one is not
+    # checked as if it were a plain cast (a ms number is not a "timestamp string")
+    zoned = [_field("id", "int64"), _field("d", "string", "io.debezium.time.ZonedTimestamp")]
+    connect_ms = [_field("id", "int64"), _field("d", "int64", "org.apache.kafka.connect.data.Timestamp")]
+    lines += [_event(9, "c", zoned, {"id": 1, "d": "2024-01-01T10:30:00.5Z"}, table="ts"),
+              _event(10, "c", connect_ms, {"id": 2, "d": 1704105000123}, table="ts")]
     (cfg.landing_path / "000.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
     run_pipeline(cfg, spark=spark)
     from datetime import date
+
+    assert {k: r["d"] for k, r in _rows(cfg, "ts").items()} == {
+        1: datetime(2024, 1, 1, 10, 30, 0, 500000, tzinfo=timezone.utc),
+        2: datetime(2024, 1, 1, 10, 30, 0, 123000, tzinfo=timezone.utc)}
 
     assert {k: r["d"] for k, r in _rows(cfg, "orders").items()} == {1: date(2024, 1, 1)}
     assert {k: r["d"] for k, r in _rows(cfg, "wide").items()} == {1: 1.5}  # the Decimal: refused

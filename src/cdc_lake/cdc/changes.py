@@ -104,12 +104,24 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
     needed = F.col("op") != "delete"
 
     def check_exact(c: str, ct: ColumnType) -> bool:  # never store a truncated/rounded value
-        return (ct.decoder == "plain" and (checked(ct.sql) or kind_checked(ct.sql))
+        plain = ct.decoder == "plain" or any(d == "plain" for _, d, _ in ct.by_hint)
+        return (plain and (checked(ct.sql) or kind_checked(ct.sql))
                 and c not in plan.proven_exact)
 
-    def is_exact(raw: Column, decoded: Column, ct: ColumnType) -> Column:
+    def is_exact(raw: Column, decoded: Column, ct: ColumnType, c: str = "") -> Column:
         # numbers: compared as decimals; boolean/date/timestamp: no other value cast into them
-        return exact(raw, decoded) if checked(ct.sql) else kind_exact(raw, decoded, ct.sql)
+        ok = exact(raw, decoded) if checked(ct.sql) else kind_exact(raw, decoded, ct.sql)
+        if not ct.by_hint:
+            return ok
+        # events decoded by a format decoder (epoch numbers, base64 decimals) are exact by
+        # their decoder; only the plainly cast ones are checked here
+        names = sp.get(c) or (c,)
+        own = F.coalesce(*[F.try_element_at(hints, F.lit(n)) for n in names])
+        plain = [h for h, d, _ in ct.by_hint if d == "plain"]
+        cast_plainly = own.isin(*plain) if plain else F.lit(False)
+        if ct.decoder == "plain":
+            cast_plainly = cast_plainly | own.isNull() | ~own.isin(*[h for h, _, _ in ct.by_hint])
+        return F.when(F.coalesce(cast_plainly, F.lit(True)), ok).otherwise(F.lit(True))
 
     for c, names in sp.items():
         if len(names) > 1:  # one column for Spark/Delta: an event must not carry two values
@@ -125,13 +137,13 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
                                F.concat(F.lit(f"column {c}: value "), F.to_json(raw),
                                         F.lit(f" is not a valid {ct.sql}"))))
         if check_exact(c, ct):
-            problems.append(F.when(matters & ~is_exact(raw, a[c], ct), F.concat(
+            problems.append(F.when(matters & ~is_exact(raw, a[c], ct, c), F.concat(
                 F.lit(f"table {plan.name} column {c}: value "), F.to_json(raw),
                 F.lit(f" does not fit column type {ct.sql} exactly (would be stored as "),
                 a[c].cast("string"), F.lit("); not stored changed"))))
     stored = {c: a[c] if c in plan.keys or not check_exact(c, ct)
               else F.when(needed | is_exact(source_value(row, c, sp[c]),
-                                            a[c], ct), a[c]).alias(_a(c))
+                                            a[c], ct, c), a[c]).alias(_a(c))
               for c, ct in plan.columns.items()}  # a delete's inexact non-key value: null
     staged = staged.select("_file", "_line", "op", "seq", "commit_ts",
                            *[stored[c] for c in plan.columns],
