@@ -33,6 +33,7 @@ tables:
   meta: {keys: [id]}
   renamed: {keys: [id]}
   tick: {keys: [id]}
+  adjacent: {keys: [id]}
 """
 
 
@@ -70,6 +71,10 @@ def lake(spark, tmp_path_factory):  # type: ignore[no-untyped-def]
         mw(8, "meta", "insert", {"id": 2, "_Is_Current": 1, "v": "b"}),
         mw(9, "renamed", "insert", {"id": 1, "Name": "a"}),
         mw(16, "tick", "insert", {"id": 1, "x`y": 1}),
+        # two spellings sorting next to each other in one batch (Spark's case-insensitive
+        # variant schema merge kept one; the other's value was stored as NULL: tester)
+        mw(17, "adjacent", "insert", {"id": 1, "Amount": "x"}),
+        mw(18, "adjacent", "insert", {"id": 2, "amount": "y"}),
     ])
     old = os.stat(landing / "a.json").st_mtime - 60  # a.json is the first file of the stream
     os.utime(landing / "a.json", (old, old))
@@ -127,6 +132,12 @@ def test_case_only_rename_is_one_column(lake):  # type: ignore[no-untyped-def]
     assert all("name" not in r for r in rows)  # one column, spelled as the table created it
     [reason] = _reasons(lake, "renamed")
     assert "['Name', 'name']" in reason and "differ only in case" in reason, reason
+
+
+def test_case_spellings_next_to_each_other_in_one_batch_are_one_column(lake):  # type: ignore[no-untyped-def]
+    rows = read_delta_rows(lake["cfg"].table_path("adjacent"))
+    assert {r["id"]: r["Amount"] for r in rows} == {1: "x", 2: "y"}, rows
+    assert all("amount" not in r for r in rows) and not _reasons(lake, "adjacent")
 
 
 @pytest.mark.parametrize("tables, key, words", [

@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,19 +129,36 @@ def route(cfg: PipelineConfig, selected: set[str]) -> Column:
     return expr.otherwise(UNKNOWN)  # type: ignore[union-attr]
 
 
+@contextmanager
+def _case_sensitive(df: DataFrame) -> Iterator[None]:
+    """``spark.sql.caseSensitive=true`` while a ``schema_of_variant_agg`` runs: case-insensitive,
+    its merge drops one of two field spellings that sort next to each other (``Amount`` and
+    ``amount`` in one batch: one column, the other spelling's values stored as NULL, exit 0:
+    tester), so neither reaches the spelling rule of :func:`plan_table`. Our own column names
+    in these queries are exact; the previous setting is restored."""
+    conf = df.sparkSession.conf
+    before = conf.get("spark.sql.caseSensitive", "false")
+    conf.set("spark.sql.caseSensitive", "true")
+    try:
+        yield
+    finally:
+        conf.set("spark.sql.caseSensitive", before)
+
+
 def survey(ev: DataFrame, selected: set[str]) -> Survey:
     """One pass over the batch (one Spark job): counts per kind/target, each table's merged
     variant schema and primary key, and whether any usable row's ``seq`` holds the
     :data:`~cdc_lake.cdc.events.ORDINAL` placeholder (:attr:`Survey.ordinal_tables`)."""
     usable = (F.col("_kind") == "row") & F.col("_error").isNull()
-    rows = (ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok"))
-            .agg(F.count(F.lit(1)).alias("n"),
-                 F.expr("schema_of_variant_agg(CASE WHEN _kind = 'row' AND _error IS NULL "
-                        "THEN row END)").alias("vtype"),
-                 F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"),
-                 F.coalesce(F.max(F.when(usable, F.col("seq").contains(ORDINAL))),
-                            F.lit(False)).alias("ordinal"))
-            .collect())
+    with _case_sensitive(ev):
+        rows = (ev.groupBy("_kind", "_target", F.col("_error").isNull().alias("ok"))
+                .agg(F.count(F.lit(1)).alias("n"),
+                     F.expr("schema_of_variant_agg(CASE WHEN _kind = 'row' AND _error IS NULL "
+                            "THEN row END)").alias("vtype"),
+                     F.first(F.when(usable, F.col("pk_names")), ignorenulls=True).alias("pk"),
+                     F.coalesce(F.max(F.when(usable, F.col("seq").contains(ORDINAL))),
+                                F.lit(False)).alias("ordinal"))
+                .collect())
     return Survey(rows, frozenset(selected))
 
 
@@ -236,10 +255,11 @@ def _numeric_kinds(ev: DataFrame, wanted: dict[str, list[str]]) -> dict[tuple[st
                        | kind.startswith("DECIMAL"))
             numbers.append(F.when(mine & numeric, v).alias(f"k{len(names)}"))
             names.append((target, c))
-    row = (ev.where((F.col("_kind") == "row") & F.col("_error").isNull()
-                    & F.col("_target").isin(list(wanted)))
-           .select(*numbers)
-           .agg(*[F.expr(f"schema_of_variant_agg(k{i})") for i in range(len(names))]).first())
+    with _case_sensitive(ev):
+        row = (ev.where((F.col("_kind") == "row") & F.col("_error").isNull()
+                        & F.col("_target").isin(list(wanted)))
+               .select(*numbers)
+               .agg(*[F.expr(f"schema_of_variant_agg(k{i})") for i in range(len(names))]).first())
     return {tc: str(row[i]) for i, tc in enumerate(names)
             if row[i] is not None and _is_numeric(str(row[i]))}
 
