@@ -75,7 +75,7 @@ from cdc_lake.paths import mv_aside
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
                                 log_hold, log_retention_seconds, pinned_readers, remove_files,
                                 vacuum_retention_hours)
-from cdc_lake.table_marks import missing_data_files
+from cdc_lake.table_marks import absent_snapshot_files, missing_data_files
 
 if TYPE_CHECKING:  # deltalake is imported where tables are touched: config/DAG parsing stays light
     from deltalake import DeltaTable
@@ -142,20 +142,6 @@ def _files(dt: DeltaTable) -> tuple[int, int]:
     return len(sizes), int(sum(sizes))
 
 
-def _missing_files(dt: DeltaTable) -> list[Path]:
-    """Data files the current snapshot references that are not on disk (local tables; delta-rs
-    gives their paths percent-encoded: ``with%20space``)."""
-    from urllib.parse import unquote, urlparse
-
-    out = []
-    for uri in dt.file_uris():
-        if uri.startswith("file:") or "://" not in uri:
-            local = Path(unquote(urlparse(uri).path if uri.startswith("file:") else uri))
-            if not local.exists():
-                out.append(local)
-    return out
-
-
 def _gone_message(f: Path) -> str:
     return (f"its data file {f} is gone (deleted by hand, or by a VACUUM outside this "
             "pipeline's maintenance); its Delta log still references it")
@@ -188,7 +174,7 @@ def maintain_table(path: Path, settings: MaintenanceSettings, *, readers: list[t
     if dt is None:
         return {"path": str(path), "status": "damaged", "error": problem}
     readers = list(readers)
-    gone = _missing_files(dt)
+    gone = absent_snapshot_files(dt.file_uris())
     if gone:  # noticed up front: compaction reads files only when a table has several (tester)
         return {"path": str(path), "status": "missing_file", "error": _gone_message(gone[0])}
     files_before, bytes_before = _files(dt)

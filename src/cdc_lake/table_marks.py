@@ -64,6 +64,21 @@ def missing_data_files(error_text: str) -> list[Path]:
     return list(found)
 
 
+def absent_snapshot_files(uris: list[str]) -> list[Path]:
+    """The local data files among ``uris`` (``DeltaTable.file_uris()``: paths percent-encoded,
+    ``with%20space``, with or without ``file://``) that are not on disk; other stores are not
+    checked. Used by maintenance before it touches a table and before ``--reprocess``."""
+    out = []
+    for u in uris:
+        if "://" in u and not u.startswith("file://"):
+            continue
+        raw = u.removeprefix("file://")
+        f = Path(unquote(raw))
+        if not f.exists() and not Path(raw).exists():
+            out.append(f)
+    return out
+
+
 def _commit_file(table: Path, version: int) -> Path:
     return Path(table) / "_delta_log" / f"{version:020d}.json"
 

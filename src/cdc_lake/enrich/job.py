@@ -62,25 +62,32 @@ def _instance(cfg: EnrichConfig) -> str:
     exit 0). A missing or damaged file stops the run (exit 3) naming the id the tables hold."""
     import re
 
-    from cdc_lake.checkpoint import INSTANCE_FILE, read_instance_id
+    from cdc_lake.checkpoint import INSTANCE_FILE, StateFileDamaged, read_instance_id
     from cdc_lake.checkpoint_log import last_offset_batch
     from cdc_lake.paths import q
     from cdc_lake.table_writers import table_app_ids
 
     f = cfg.checkpoint_path / INSTANCE_FILE
-    own = re.compile(rf"^enrich-{re.escape(cfg.name)}-([0-9a-f]{{16}})-")
-    ids = sorted({m.group(1) for path in cfg.output_tables.values()
-                  for app in table_app_ids(path) if (m := own.match(app))})
-    write_back = (f"`echo '{{\"instance_id\": \"{ids[0]}\"}}' > {q(f)}` (the id the pipeline's "
-                  "tables hold in their Delta txn appIds) and run again" if len(ids) == 1 else
-                  "write the id back: `{\"instance_id\": \"<id>\"}`, <id> as in the txn appIds "
-                  f"enrich-{cfg.name}-<id>-<table> of its output tables" + (f" (found: {ids})" if ids else ""))
-    recovery = f"restore it from a copy, or {write_back}; or rebuild: `{_recovery(cfg)}`"
-    found = read_instance_id(cfg.checkpoint_path, recovery=recovery)
+
+    def recovery() -> str:  # reads the output tables' logs: only when the id is not readable
+        own = re.compile(rf"^enrich-{re.escape(cfg.name)}-([0-9a-f]{{16}})-")
+        ids = sorted({m.group(1) for path in cfg.output_tables.values()
+                      for app in table_app_ids(path) if (m := own.match(app))})
+        write_back = (f"`echo '{{\"instance_id\": \"{ids[0]}\"}}' > {q(f)}` (the id the pipeline's "
+                      "tables hold in their Delta txn appIds) and run again" if len(ids) == 1 else
+                      "write the id back: `{\"instance_id\": \"<id>\"}`, <id> as in the txn appIds "
+                      f"enrich-{cfg.name}-<id>-<table> of its output tables" + (f" (found: {ids})" if ids else ""))
+        return f"restore it from a copy, or {write_back}; or rebuild: `{_recovery(cfg)}`"
+
+    try:
+        found = read_instance_id(cfg.checkpoint_path)
+    except StateFileDamaged:
+        read_instance_id(cfg.checkpoint_path, recovery=recovery())  # raises, naming the id
+        raise
     if found is None and last_offset_batch(cfg.checkpoint_path) is not None:
         raise PipelineStateError(
             f"pipeline {cfg.name}: {f} is missing, but the checkpoint has batches: a new id would "
-            f"write a replayed batch's aggregate contributions again. Recovery: {recovery}")
+            f"write a replayed batch's aggregate contributions again. Recovery: {recovery()}")
     return instance_id(cfg.checkpoint_path)
 
 

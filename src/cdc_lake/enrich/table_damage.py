@@ -18,13 +18,12 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import unquote
 
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.state import EnrichNeedsReprocess, owned_outputs, recovery_command
 from cdc_lake.paths import mv_aside
-from cdc_lake.table_marks import missing_data_files
+from cdc_lake.table_marks import absent_snapshot_files, missing_data_files
 from cdc_lake.table_writers import rebuild_hint
 
 
@@ -120,14 +119,10 @@ def check_inputs_present(cfg: EnrichConfig) -> None:
             uris = DeltaTable(str(path)).file_uris()
         except Exception:  # noqa: BLE001 - absent or unreadable: the job's own checks say so
             continue
-        for u in uris:
-            if "://" in u and not u.startswith("file://"):
-                continue  # another store: not checked here
-            f = Path(unquote(u.removeprefix("file://")))
-            if not f.exists() and not Path(u.removeprefix("file://")).exists():
-                err = _missing_file_error(cfg, f)
-                if err is not None:
-                    raise PipelineStateError(f"{err} Nothing was reset.")
+        for f in absent_snapshot_files(uris):
+            err = _missing_file_error(cfg, f)
+            if err is not None:
+                raise PipelineStateError(f"{err} Nothing was reset.")
 
 
 def check_dimensions_present(cfg: EnrichConfig) -> None:
