@@ -44,8 +44,9 @@ def _spark_builder():  # type: ignore[no-untyped-def]
     if os.environ.get("CDC_TEST_JIT") == "c1":
         for k, v in LAUNCH_CONF.items():
             b = b.config(k, v)
-    from cdc_lake.spark_session import COMPRESSED_CACHE  # the product's batch caches
-    b = b.config(COMPRESSED_CACHE, "false")
+    from cdc_lake.spark_session import CODEGEN_CACHE, COMPRESSED_CACHE, BASE_CONF
+    b = b.config(COMPRESSED_CACHE, "false")  # the product's batch caches
+    b = b.config(CODEGEN_CACHE, BASE_CONF[CODEGEN_CACHE])  # and its generated-code cache
     jars_dir = os.environ.get("CDC_DELTA_JARS_DIR")
     packages = os.environ.get("CDC_DELTA_PACKAGES")
     if jars_dir or packages:

@@ -16,6 +16,7 @@ from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import FULL_JIT_FROM_MB, launch_conf
 
 COMPRESSED_CACHE = "spark.sql.inMemoryColumnarStorage.compressed"
+CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"  # static: set when the session starts
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 BASE_CONF = {
@@ -24,6 +25,11 @@ BASE_CONF = {
     # trips each: thousands per micro-batch, ~2.5 s of a small run). Error messages still name
     # the failing expression; only the Python file:line of the DataFrame context is dropped.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Spark keeps 100 compiled classes of generated code (a static conf). A CDC micro-batch of four
+    # tables compiles about 100 distinct ones, so with the default every batch evicted the one
+    # before's and compiled them all again (~100 per batch in a warm session; with 1000, none but
+    # what changed). Matters for every run of more than one batch and for long-lived sessions.
+    CODEGEN_CACHE: "1000",
 }
 
 

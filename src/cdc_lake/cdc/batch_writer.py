@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -300,8 +301,8 @@ class BatchWriter:
                 # a line that is not UTF-8 is shown with U+FFFD (Arrow/Delta strings are UTF-8)
                 F.make_valid_utf8("_line").alias("raw_line"), "reason",
                 "source_table", F.lit(self.cfg.name).alias("pipeline"),
-                F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
-                F.current_timestamp().alias("quarantined_at")), side.QUARANTINE)
+                # batch_id, quarantined_at: set after the Spark job (side.stamp)
+                F.lit(self.run_id).alias("run_id")), side.QUARANTINE)
         if n_ddl and not self.engine.already_committed(d_path, txn):
             # (the survey counted DDL events: otherwise an empty append would commit nothing)
             frames["side:ddl"] = side.conform(ev.where(
@@ -316,8 +317,9 @@ class BatchWriter:
     def _write_side_tables(self, sources: dict[str, Source], txn: Txn) -> None:
         """Quarantine + DDL log: fixed schemas, created up front; appends idempotent by key."""
         if "side:quarantine" in sources:
-            q = self._side_append(str(self.cfg.quarantine_path), sources["side:quarantine"],
-                                  side.QUARANTINE, txn)
+            rows = side.stamp(sources["side:quarantine"], {
+                "batch_id": txn.version, "quarantined_at": datetime.now(timezone.utc)})
+            q = self._side_append(str(self.cfg.quarantine_path), rows, side.QUARANTINE, txn)
             self.stats.quarantined += int(q.metrics.get("num_added_rows", 0))
             self.stats.quarantine_version = q.version
         if "side:ddl" in sources:

@@ -1,0 +1,72 @@
+"""A micro-batch like the one before reuses the code Spark generated for it (issue 9: the cost
+of every batch after the first, in a long run or a long-lived session).
+
+Spark compiles generated Java for each query stage and keeps the classes in a cache keyed by the
+code's text (``spark.sql.codegen.cache.maxEntries``, a static conf, default 100). Two things made
+every CDC batch compile about 100 classes again: one four-table batch needs about 100 classes, so
+each batch evicted the one before's; and the quarantine rows carried the batch id and the current
+time as literals, which Spark inlines into the code of every stage they pass (four 30 KB classes
+per batch). The product sets the cache size (``spark_session.BASE_CONF``, the test session too)
+and stamps those two values after the Spark job (``side_tables.stamp``).
+
+Truth: Spark's own counter of compilations (``CodegenMetrics``), and the quarantine rows read back
+with deltalake (batch id = the run's batch, time within the run).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import datetime, timezone
+
+from deltalake import DeltaTable
+from job_helpers import event, land, pipeline
+
+from cdc_lake.cdc.job import run_pipeline
+
+
+def _compiled(spark) -> int:  # type: ignore[no-untyped-def]
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
+def _increment(run: int) -> list[str]:
+    base = 1000 * (run + 1)
+    lines = [event(base + i, total=i * 3, note=f"n{i}") for i in range(20)]
+    lines += [event(base + i, typ="update", total=i * 5, note=f"u{i}") for i in range(0, 20, 4)]
+    lines += [event(base + 50 + i, table="customers", name=f"c{i}") for i in range(5)]
+    lines += [event(base + 70 + i, table="products", price=f"{i}.25", sku=f"p{i}") for i in range(5)]
+    lines += [event(base + 80 + i, table="order_lines", qty=i, day="2026-11-28") for i in range(5)]
+    lines.append(event(base + 60, typ="delete"))
+    lines.append(json.dumps({"database": "shop", "table": "orders", "type": "insert",
+                             "ts": 1795000000 + base, "xid": 7, "xoffset": 0,
+                             "position": f"mysql-bin.000001:{base + 99}",
+                             "data": {"status": f"no id in run {run}"}}))  # quarantined
+    return lines
+
+
+def test_a_batch_like_the_one_before_compiles_no_new_code(spark, tmp_path):
+    cfg = pipeline(tmp_path, extra="  products: {keys: [id]}\n  order_lines: {keys: [id], scd: 2}\n")
+    compiled, windows = [], []
+    for run in range(4):
+        land(tmp_path / "landing", f"maxwell-{run}.json", *_increment(run))
+        before, start = _compiled(spark), datetime.now(timezone.utc)
+        summary = run_pipeline(cfg, spark=spark, run_id=f"r{run}")
+        compiled.append(_compiled(spark) - before)
+        windows.append((summary["batch_ids"], start, datetime.now(timezone.utc)))
+        assert summary["quarantined"] == 1, summary
+    # run 0 creates the tables (its own plans), run 1 is the first of the steady shape; the
+    # least of runs 2 and 3 (now and then one plan of a run differs: ~14 classes in 1 of 10)
+    before = _compiled(spark)  # the counter counts (a literal no plan had before: new code)
+    spark.range(1).selectExpr(f"id + {random.randrange(10**12)} AS x").collect()
+    assert _compiled(spark) > before
+    assert min(compiled[2:]) <= 2, (f"classes compiled per run {compiled}: batches shaped like "
+                                    "the one before compiled their code again")
+    quarantine = DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().to_pylist()
+    assert len(quarantine) == 4
+    for row in quarantine:
+        run = int(row["raw_line"].split("no id in run ")[1][0])
+        (batch_id,), start, end = windows[run]
+        assert row["batch_id"] == batch_id, row
+        assert row["run_id"] == f"r{run}"
+        assert start <= row["quarantined_at"] <= end, (row, start, end)
