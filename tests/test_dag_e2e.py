@@ -55,7 +55,8 @@ code = int(os.environ.get("FAKE_SPARK_EXIT", "0"))
 if code == 75:
     print("26/11/21 12:29:27 INFO BlockManager: Initialized BlockManager")
     print("[cdc] PIPELINE LOCKED: checkpoint /x is locked by another run "
-          "({{\\"pid\\": 4242, \\"run_id\\": \\"scheduled__other\\"}}); this run stops without touching it.")
+          "({{\\"pid\\": 4242, \\"run_id\\": \\"%s\\"}}); this run stops without touching it."
+          % os.environ.get("FAKE_LOCK_HOLDER", "scheduled__other"))
 elif code == 2:
     print("[cdc] CONFIG ERROR: p.yaml: source.path: landing folder does not exist")
 elif code:
@@ -233,6 +234,25 @@ def test_other_failures_fail_the_task(monkeypatch, tmp_path, fake_spark, airflow
     dr = pipeline_dag(monkeypatch, tmp_path, "e2e_fail").test()
     assert task_result(dr)[:2] == ("failed", 1)
     assert asset_events(dr) == {}
+
+
+def test_lock_held_by_maintenance_fails_so_that_airflow_retries(monkeypatch, tmp_path, fake_spark):
+    """Tester: an ingest that met the pipeline's maintenance holding the lock was skipped (DAG run
+    green) although maintenance ingests nothing: the new files waited for the next run, on a
+    manual-only pipeline for ever. It now fails with a retryable error naming the holder."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "75")
+    monkeypatch.setenv("FAKE_LOCK_HOLDER", "maintenance-20261128T060000")
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(write_pipeline(tmp_path, "lkm")))
+    with pytest.raises(AirflowException) as exc:
+        op.execute({"params": {}, "run_id": "manual__1"})
+    assert not isinstance(exc.value, (AirflowSkipException, AirflowFailException)), exc.value
+    assert "The holder is the pipeline's maintenance" in str(exc.value)
+    assert '"run_id": "maintenance-20261128T060000"' in str(exc.value)
 
 
 def test_lock_message_names_the_holder(monkeypatch, tmp_path, fake_spark):

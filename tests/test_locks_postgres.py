@@ -232,3 +232,30 @@ def test_postgres_backend_without_dsn_is_a_config_error_naming_the_key(tmp_path,
     monkeypatch.setenv("CDC_LOCK_DSN", "postgresql://from-env/db")
     assert resolve_dsn(LockSettings("postgres", conn_id="cdc_lock_db")) == "postgresql://from-env/db"
     assert resolve_dsn(LockSettings("postgres", dsn="postgresql://yaml/db")) == "postgresql://yaml/db"
+
+
+def test_maintenance_task_takes_the_postgres_lock_named_by_an_airflow_connection(monkeypatch, tmp_path):
+    """Tester: ``lock: {backend: postgres, conn_id: X}`` with the connection stored in Airflow
+    (not in the worker's environment) failed every maintenance run with exit 2 ("needs a DSN"),
+    while the ingest task of the same pipeline exported it. The maintenance task now exports it
+    too. The connection store is Airflow's (stood in here by its lookup returning the real
+    PostgreSQL's DSN); the lock and the maintenance run are real."""
+    from airflow.sdk import BaseHook, Connection
+    from job_helpers import pipeline
+
+    from cdc_lake.airflow.maintenance import CdcMaintenanceOperator
+
+    for k in [k for k in os.environ if k.startswith("AIRFLOW_CONN_") or k == "CDC_LOCK_DSN"]:
+        monkeypatch.delenv(k)
+    looked_up = []
+
+    def stored_connection(conn_id: str) -> Connection:
+        looked_up.append(conn_id)
+        return Connection.from_uri(DSN, conn_id=conn_id)
+
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(lambda cls, c: stored_connection(c)))
+    cfg = pipeline(tmp_path, name="pg_maint", extra="lock: {backend: postgres, conn_id: lake_locks_db}\n"
+                   "maintenance: {schedule: null}\n")
+    report = CdcMaintenanceOperator(task_id="maintain", pipeline=cfg, dry_run=True).execute({})  # type: ignore[arg-type]
+    assert looked_up == ["lake_locks_db"]
+    assert report and report["pipeline"] == "pg_maint" and report["dry_run"] is True

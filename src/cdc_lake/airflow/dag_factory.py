@@ -55,7 +55,9 @@ class PipelineConfigErrors(Exception):
         files = len({str(getattr(e, "file", "")) for e in errors})
         super().__init__(
             f"{files} pipeline config file(s) in {directory} are broken; their DAGs are not "
-            f"loaded (the other pipelines' DAGs are unaffected):\n{listing}")
+            f"loaded (the DAGs of the files not listed here are unaffected; a file listed for a "
+            f"clash with another, e.g. one storage path, loses its DAG until the clash is "
+            f"resolved, even if it ran before):\n{listing}")
 
 
 def build_dags(directory: str | os.PathLike[str] | None = None) -> dict[str, DAG]:

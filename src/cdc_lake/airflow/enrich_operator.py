@@ -38,7 +38,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from cdc_lake.airflow import REPO_ROOT
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.operator import (CdcSparkSubmitOperator, _build_conf, _build_delta_jars, _json_scalars,
-                                      _lock_lines, table_asset)
+                                      _lock_lines, held_by_maintenance, table_asset)
 from cdc_lake.airflow.params import RunParams, unknown_conf_message
 from cdc_lake.config import DRIVER_JAVA_OPTIONS
 
@@ -165,6 +165,11 @@ class EnrichSparkSubmitOperator(_KindOperator):
             raise AirflowFailException(  # a skip would drop the requested rebuild silently
                 f"Enrichment {name!r} is locked by another run (exit 75); nothing was rebuilt. This "
                 "run asked for --reprocess: trigger it again when the other run has finished."
+                f"{_lock_lines(tail)}") from error
+        if code == 75 and held_by_maintenance(tail):  # it enriches nothing: the facts would wait
+            raise AirflowException(
+                f"Enrichment {name!r} is locked by its maintenance (exit 75), which enriches "
+                f"nothing: failing so that Airflow retries this run once it is done."
                 f"{_lock_lines(tail)}") from error
         if code == 75:
             raise AirflowSkipException(

@@ -61,3 +61,20 @@ class CdcSparkSubmitHook(SparkSubmitHook):
     def output_tail(self) -> Sequence[str]:
         """The last lines spark-submit printed (driver output in client mode), secrets masked."""
         return [self._mask_cmd([line]) for line in self._last_submit_log_lines]
+
+
+def lock_dsn_env(pipeline: Any) -> dict[str, str]:
+    """``{"CDC_LOCK_DSN": uri}`` for a pipeline with ``lock: {backend: postgres, conn_id: X}`` and
+    no ``dsn``: the connection read from Airflow (metadata DB, secrets backend or env), for the
+    environment of the process that takes the lock (spark-submit, the maintenance module);
+    ``{}`` otherwise. Example::
+
+        env = {**os.environ, **lock_dsn_env(cfg)}
+    """
+    lock = getattr(pipeline, "lock", None)
+    if lock is None or lock.backend != "postgres" or lock.dsn or not lock.conn_id:
+        return {}
+    from airflow.sdk import BaseHook
+
+    return {"CDC_LOCK_DSN": BaseHook.get_connection(lock.conn_id).get_uri()}
+

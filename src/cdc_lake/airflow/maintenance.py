@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import DAG, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from cdc_lake.airflow.hook import lock_dsn_env
 from cdc_lake.airflow.subprocess_task import run_module
 
 if TYPE_CHECKING:
@@ -48,10 +50,17 @@ class CdcMaintenanceOperator(BaseOperator):
         argv = [sys.executable, "-m", "cdc_lake.maintenance", "--pipeline", str(self.pipeline.file)]
         if self.dry_run:
             argv.append("--dry-run")
-        result = run_module(self.log, argv, summary_prefix=SUMMARY_PREFIX, timeout_s=self.timeout_s)
+        env = lock_dsn_env(self.pipeline)  # lock: {conn_id: X}: the DSN from Airflow, as ingest
+        if env:
+            self.log.info("Lock backend postgres: DSN from Airflow connection %r",
+                          self.pipeline.lock.conn_id)
+        result = run_module(self.log, argv, summary_prefix=SUMMARY_PREFIX, timeout_s=self.timeout_s,
+                            env={**os.environ, **env} if env else None)
         if result.code == 75:
+            then = ("the next scheduled run does it" if self.pipeline.maintenance.schedule
+                    else "this DAG has no schedule: trigger it again when that run is over")
             raise AirflowSkipException(f"Pipeline {self.pipeline.name!r} is locked by a run; maintenance "
-                                       "skipped (the next scheduled run does it).\n" + "\n".join(result.tail[-3:]))
+                                       f"skipped ({then}).\n" + "\n".join(result.tail[-3:]))
         if result.code == 2:
             raise AirflowFailException("Maintenance rejected the config (exit 2); not retrying:\n"
                                        + "\n".join(result.tail[-5:]))

@@ -46,7 +46,7 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_lake.airflow import REPO_ROOT
-from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
+from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook, lock_dsn_env
 from cdc_lake.airflow.params import RunParams, validate_run_params
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.cdc.backlog import backlog
@@ -172,14 +172,11 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         """``lock: {backend: postgres, conn_id: X}`` without a DSN: the job reads the DSN from
         ``CDC_LOCK_DSN``, exported here from the Airflow connection (metadata DB, secrets backend
         or env) into spark-submit's environment (the driver's, on YARN/Kubernetes)."""
-        lock = getattr(self.pipeline, "lock", None)
-        if lock is None or lock.backend != "postgres" or lock.dsn or not lock.conn_id:
-            return
-        from airflow.sdk import BaseHook
-
-        uri = BaseHook.get_connection(lock.conn_id).get_uri()
-        self.env_vars = {**(self.env_vars or {}), "CDC_LOCK_DSN": uri}
-        self.log.info("Lock backend postgres: DSN from Airflow connection %r", lock.conn_id)
+        env = lock_dsn_env(self.pipeline)
+        if env:
+            self.env_vars = {**(self.env_vars or {}), **env}
+            self.log.info("Lock backend postgres: DSN from Airflow connection %r",
+                          self.pipeline.lock.conn_id)
 
     def _get_hook(self) -> CdcSparkSubmitHook:
         hook = self._build_hook()
@@ -237,6 +234,10 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
                 raise AirflowFailException(
                     f"{message} This run asked for {self._run_params.to_cli_args()}: trigger it again "
                     f"when the other run has finished.{holder}") from error
+            if held_by_maintenance(hook.output_tail):  # it ingests nothing: the data would wait
+                raise AirflowException(
+                    f"{message} The holder is the pipeline's maintenance, which ingests nothing: "
+                    f"failing so that Airflow retries this run once it is done.{holder}") from error
             raise AirflowSkipException(
                 f"{message} Skipped: the lock holder is processing the pipeline.{holder}") from error
         if code == EXIT_CONFIG_ERROR:
@@ -340,6 +341,15 @@ def _tail(tail: Sequence[str], *words: str) -> str:
     """The driver output lines mentioning any of ``words`` (case-insensitive), last 8."""
     lines = [line for line in tail if any(w.lower() in line.lower() for w in words)]
     return ("\n" + "\n".join(lines[-8:])) if lines else ""
+
+
+_MAINTENANCE_HOLDER = re.compile(r'"run_id":\s*"maintenance-')  # cdc_lake.maintenance's run id
+
+
+def held_by_maintenance(tail: Sequence[str]) -> bool:
+    """The job's lock message names a maintenance run as the holder (not an ingest run, which
+    would process what this run was to process)."""
+    return any(_MAINTENANCE_HOLDER.search(line) for line in tail if _LOCK_WORD.search(line))
 
 
 def _lock_lines(tail: Sequence[str]) -> str:

@@ -69,6 +69,28 @@ def _free(columns: list[str] | tuple[str, ...], base: str) -> str:
     return name
 
 
+# A JSON member whose value is a number of more than 38 significant digits: ``"name": 1234...``
+# (the name's quotes unescaped, so text inside a JSON string does not match). Spark parses such a
+# number as a double (its decimal holds 38 digits): a MariaDB DECIMAL(65,0) value was stored
+# rounded (99...9 as 1e65), exit 0 (tester). Group 1: the member's name.
+_BIG_NUMBER = r'(?<!\\)"([^"\\]*)"\s*:\s*-?0*(?:\.0*)?[1-9](?:\.?[0-9]){38}'
+
+
+def _big_numbers(plan: TablePlan, sp: dict[str, tuple[str, ...]], needed: Column) -> list[Column]:
+    """Problems for the double columns of ``plan`` whose value in the event's text has more than
+    38 significant digits (read as a double, it would be stored rounded); ``needed``: the event
+    stores non-key values (not a delete)."""
+    doubles = [c for c, ct in plan.columns.items() if ct.sql in ("double", "float")]
+    if not doubles:
+        return []
+    members = F.regexp_extract_all(F.col("_line"), F.lit(_BIG_NUMBER), 1)
+    return [F.when(needed & F.arrays_overlap(members, F.array(*[F.lit(n) for n in (sp.get(c) or (c,))])),
+                   F.lit(f"table {plan.name} column {c}: a number with more than 38 significant "
+                         "digits, which Spark reads as a double and would store rounded; not "
+                         "stored (send such values as JSON strings)"))
+            for c in doubles]
+
+
 def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
                   ordinal: bool = True) -> tuple[DataFrame, DataFrame, DataFrame]:
     """Return ``(changes, rejected, cached)`` for one table's events.
@@ -141,6 +163,7 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
                 F.lit(f"table {plan.name} column {c}: value "), F.to_json(raw),
                 F.lit(f" does not fit column type {ct.sql} exactly (would be stored as "),
                 a[c].cast("string"), F.lit("); not stored changed"))))
+    problems += _big_numbers(plan, sp, needed)
     stored = {c: a[c] if c in plan.keys or not check_exact(c, ct)
               else F.when(needed | is_exact(source_value(row, c, sp[c]),
                                             a[c], ct, c), a[c]).alias(_a(c))
