@@ -278,6 +278,40 @@ def test_preflight_refuses_an_unparsable_events_type(spark, tmp_path: Path) -> N
     assert str(e.value).startswith(f"{cfg.file}: fact.events.schema.qty: 'bigintt' is not a Spark SQL type")
 
 
+@pytest.mark.parametrize("id_type", ["map<string,int>", "array<map<string,int>>"])
+def test_preflight_refuses_an_event_id_spark_cannot_deduplicate(spark, tmp_path: Path,
+                                                                 id_type: str) -> None:
+    """Before: the config passed and the first batch failed in Spark's dedup (exit 1)."""
+    from cdc_lake.enrich.job import run_enrich
+
+    _lake(tmp_path)
+    (tmp_path / "landing").mkdir()
+    cfg = load_pipeline(write(tmp_path, edit(EVENTS, "event_id: string", f"event_id: '{id_type}'")))
+    with pytest.raises(ConfigError) as e:
+        run_enrich(cfg, spark=spark, run_id="r1")
+    msg = str(e.value)
+    assert e.value.key == "fact.events.schema.event_id", msg
+    assert msg.startswith(f"{cfg.file}: fact.events.schema.event_id: 'event_id'") and "map<string,int>" in msg
+    assert not (cfg.checkpoint_path / "offsets").exists()  # no stream started
+
+
+def test_a_missing_events_landing_folder_is_a_config_error(spark, tmp_path: Path) -> None:
+    """Before: a raw PATH_NOT_FOUND traceback from the stream (exit 1)."""
+    from cdc_lake.enrich.job import run_enrich
+
+    _lake(tmp_path)
+    cfg = load_pipeline(write(tmp_path, EVENTS))
+    with pytest.raises(ConfigError) as e:
+        run_enrich(cfg, spark=spark, run_id="r1")
+    msg = str(e.value)
+    assert e.value.key == "fact.events.path", msg
+    assert msg.startswith(f"{cfg.file}: fact.events.path: ") and str(tmp_path / "landing") in msg
+    assert "does not exist" in msg
+    assert not (cfg.checkpoint_path / "offsets").exists()
+    (tmp_path / "landing").mkdir()  # created: the run goes on
+    assert run_enrich(cfg, spark=spark, run_id="r2")["facts_read"] == 0
+
+
 def test_fact_columns_named_like_the_jobs_working_columns_are_refused(spark, tmp_path: Path) -> None:
     """Before: a fact column `_reason` was silently left out of the enriched table (exit 0),
     `_origin` / `_fact_version` failed mid-batch with AMBIGUOUS_REFERENCE, `_missing` with a

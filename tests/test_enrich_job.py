@@ -565,3 +565,35 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     with pytest.raises(CheckpointDamaged) as e:
         run_enrich(cfg, spark=spark, run_id="r3")
     assert "metadata" in str(e.value) and "--reprocess" in str(e.value)
+
+
+def test_quarantined_event_line_with_invalid_utf8_keeps_the_table_readable(spark, tmp_path: Path) -> None:
+    """A malformed line holding the byte \\xff was kept as it was in raw_line: the shared
+    quarantine Delta table then failed to read in Arrow/pandas (UnicodeDecodeError; tester)."""
+    from cdc_lake.enrich.job import run_enrich
+
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.json").write_bytes(
+        b'{"event_id": "e1", "product_id": 1, "qty": 1, "event_ts": "2026-01-02T10:00:00Z"}\n'
+        b'{"event_id": "b\xff1", "product_id": 1, BROKEN\n')
+    cfg = lake.config("""
+        kind: enrich
+        pipeline: clicks
+        fact:
+          events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
+                   schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp}}
+        dimensions:
+          products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
+        event_time: event_ts
+        outputs:
+          enriched: gold/clicks
+        engine: {name: deltalake}
+    """)
+    s = run_enrich(cfg, spark=spark, run_id="r1")
+    assert s["quarantined"] == 1
+    (raw, reason), = lake.rows("gold/_quarantine", "raw_line", "reason")  # to_pylist: no error
+    assert raw == '{"event_id": "b\ufffd1", "product_id": 1, BROKEN' and "malformed" in reason
+    assert lake.rows("gold/clicks", "event_id") == [("e1",)]

@@ -146,6 +146,78 @@ def batch_watermark_ms(checkpoint: Path, batch_id: int) -> int:
     return int(value) if isinstance(value, (int, float)) else 0
 
 
+def late_events_watermark_ms(checkpoint: Path, batch_id: int) -> int:
+    """The watermark Spark's stateful operators (``dropDuplicatesWithinWatermark``) use for late
+    events in ``batch_id``: the watermark of the batch before (``batchWatermarkMs`` of
+    ``offsets/<batch_id - 1>``; checked on Spark 4.2, also on the first batch of a run: a row
+    at or before it is dropped before ``foreachBatch`` sees it). 0 for batch 0 and for a batch
+    without an ``offsets/<batch_id>`` (not a streaming batch of this checkpoint). Raises
+    ValueError when ``offsets/<batch_id>`` exists but the file before it is missing or damaged
+    (Spark cannot have run the batch without it)."""
+    if batch_id <= 0 or not (checkpoint / "offsets" / str(batch_id)).is_file():
+        return 0
+    try:
+        entry = read_offsets(checkpoint, batch_id - 1)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{checkpoint / 'offsets' / str(batch_id - 1)}: "
+                         f"{e if isinstance(e, ValueError) else 'missing or unreadable'}") from None
+    value = entry.metadata.get("batchWatermarkMs", 0)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def read_source_log_batches(path: Path) -> list[tuple[str, int | None]]:
+    """``(file URI, batchId)`` of one file-source log file (a ``K.compact`` file holds the
+    entries of every log id up to ``K``, each with its ``batchId``)."""
+    out: list[tuple[str, int | None]] = []
+    for ln in _lines(path):
+        if not ln.strip():
+            continue
+        entry = _json(ln)
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise ValueError("not in the file source log format")
+        b = entry.get("batchId")
+        out.append((entry["path"], b if isinstance(b, int) and not isinstance(b, bool) else None))
+    return out
+
+
+def source_log_entry_files(checkpoint: Path, log_id: int, source: int = 0) -> list[str]:
+    """The file URIs of log id ``log_id`` of the file source's log, as Spark reads them: the
+    file ``<log_id>``, else the entries of batchId ``log_id`` in ``<log_id>.compact`` or in the
+    first compact file after it (Spark deletes entries a compact file holds). ValueError when
+    none holds it or a file is damaged."""
+    folder = checkpoint / "sources" / str(source)
+    plain = folder / str(log_id)
+    if plain.is_file():
+        return [uri for uri, _ in read_source_log_batches(plain)]
+    compacts = [(n, p) for n, p in source_log_files(checkpoint, source)
+                if p.name.endswith(".compact") and n >= log_id]
+    if not compacts:
+        raise ValueError(f"{plain}: missing (and no compact file after it holds log id {log_id})")
+    _, path = compacts[0]
+    return [uri for uri, b in read_source_log_batches(path) if b == log_id]
+
+
+def batch_source_files(checkpoint: Path, batch_id: int, source: int = 0) -> list[str] | None:
+    """The file URIs micro-batch ``batch_id`` of a file source read: the log ids after the
+    batch's start ``logOffset`` up to its end (a batch that took no new file: []). None when
+    the batch's offsets are not readable or not a file source's (not a streaming batch of this
+    checkpoint); ValueError when a log entry the offsets name is missing or damaged."""
+    span = batch_source_offsets(checkpoint, batch_id, source)
+    if span is None:
+        return None
+    start, end = span
+
+    def log_offset(o: dict[str, Any] | None) -> int | None:
+        k = -1 if o is None else o.get("logOffset")
+        return k if isinstance(k, int) and not isinstance(k, bool) else None
+
+    lo, hi = log_offset(start), log_offset(end)
+    if lo is None or hi is None:
+        return None
+    return [uri for k in range(lo + 1, hi + 1)
+            for uri in source_log_entry_files(checkpoint, k, source)]
+
+
 def read_commit(checkpoint: Path, batch_id: int) -> dict[str, Any]:
     lines = _lines(checkpoint / "commits" / str(batch_id))
     if not lines:

@@ -15,6 +15,8 @@ Example::
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -37,6 +39,51 @@ def start_version(cfg: EnrichConfig) -> int | None:
         f"run the rebuild again: `spark-submit spark_jobs/enrich.py --pipeline {q(cfg.file)} --reprocess`",
         lambda d: isinstance(d.get("starting_version"), int) and not isinstance(d["starting_version"], bool))
     return None if data is None else int(data["starting_version"])
+
+
+def _hadoop_path(uri: str) -> str:
+    """A file URI of Spark's file-source log as a path ``spark.read`` takes literally: decoded
+    (the log holds ``%20`` for a space) and with glob characters escaped."""
+    from urllib.parse import unquote, urlsplit
+
+    u = urlsplit(uri)
+    path = re.sub(r"([\\\[\]{}*?])", r"\\\1", unquote(u.path))
+    return f"{u.scheme}://{u.netloc}{path}" if u.scheme else path
+
+
+def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
+                        batch_id: int) -> tuple[DataFrame, int] | None:
+    """The rows of micro-batch ``batch_id`` that Spark's dedup dropped as late before the batch
+    reached the job, and the watermark it dropped them by; None when it dropped none for sure.
+
+    ``dropDuplicatesWithinWatermark`` drops a row whose event time is at or before the
+    watermark it uses for late events (the watermark of the batch before:
+    :func:`~cdc_lake.checkpoint_log.late_events_watermark_ms`) and that takes part in the dedup
+    (an id, not a corrupt line: :func:`_dedupe_events` keeps the others apart). They are read
+    again from the batch's own files (its entries of ``<checkpoint>/sources/0``), parsed as the
+    stream parses them, so the job can quarantine them: nothing is lost silently. A replay of
+    the batch reads the same files with the same watermark. No read on a batch without such a
+    watermark (the first one) or without files."""
+    from cdc_lake.checkpoint_log import CheckpointDamaged, batch_source_files, late_events_watermark_ms
+
+    ev = cfg.fact.events
+    assert ev is not None
+    cp = cfg.checkpoint_path
+    try:
+        wm = late_events_watermark_ms(cp, batch_id)
+        files = batch_source_files(cp, batch_id) if wm > 0 else None
+    except ValueError as e:
+        from cdc_lake.enrich.state import recovery_command
+
+        raise CheckpointDamaged(cp, f"not readable for the files of micro-batch {batch_id} ({e})",
+                                recovery_command(cfg)) from None
+    if not files:
+        return None
+    df = (spark.read.schema(f"{ev.ddl}, `{CORRUPT}` string")
+          .option("columnNameOfCorruptRecord", CORRUPT).json([_hadoop_path(u) for u in files]))
+    late = (F.col(f"`{ev.id}`").isNotNull() & F.col(f"`{CORRUPT}`").isNull()
+            & (F.col(f"`{ev.time}`") <= F.timestamp_millis(F.lit(wm))))
+    return df.where(late), wm
 
 
 def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery: str) -> DataFrame:

@@ -339,8 +339,9 @@ def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetim
     snap = None if not reprocess or snapshot is None else {
         k: getattr(snapshot, k) for k in ("facts_read", "enriched_upserted", "parked", "released",
                                           "released_unknown", "quarantined")}
-    dropped = stats.dropped_late + sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
-                                       for p in progress for op in p.get("stateOperators", []))
+    # every late event once: the ones Spark's dedup dropped (its numRowsDroppedByWatermark) are
+    # read again by the batch and counted there with the others (normalize.latest_per_key)
+    dropped = stats.dropped_late
     dims = dict(stats.dimension_versions) or {d.name: engine.version(str(d.table))
                                               for d in cfg.dimensions}
     tables = {name: engine.version(str(path)) for name, path in cfg.output_tables.items()}

@@ -5,7 +5,7 @@
 are dropped; from an SCD2 table only open versions count (``_valid_to`` null; ``_cdc_op =
 'delete'`` is a delete). :func:`latest_per_key` keeps one row per key — the newest version, an insert or
 post-image before a delete of the same version — and marks rows that must not be enriched
-(``_bad`` with ``_reason``: a null key, an event older than the batch's watermark).
+(``_bad`` with ``_reason``: a null key, an event at or before the batch's watermark).
 
 It also marks a **key violation** in the same window pass, at no extra Spark action: ``_tie``
 is true on a kept row when another row of the same key has the same version and is also not a
@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from cdc_lake.checkpoint_log import batch_watermark_ms
-from cdc_lake.enrich.config import CORRUPT, EnrichConfig
+from cdc_lake.enrich.config import CORRUPT, EnrichConfig, EventSource
 from cdc_lake.enrich.joins import SCD2_COLUMNS
 
 
@@ -81,18 +81,26 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFra
     k = list(cfg.fact.keys)
     reason = F.lit(None).cast("string")
     ev = cfg.fact.events
+    dropped = None
     if ev is not None:
-        # Spark's streaming dedup evicts ids older than the watermark but lets such rows
-        # through; a row older than the watermark is therefore dropped here, counted and
-        # kept in the quarantine table (never lost silently). The watermark is the one Spark
-        # recorded for this batch in offsets/<batch_id>, so a replay decides the same way.
+        # An event at or before the batch's watermark is late: dropped, counted and kept in the
+        # quarantine table (never lost silently). Spark's dedup drops such a row itself only
+        # when it is at or before the watermark of the batch before; the ones after it reach
+        # the batch and are checked here, against the watermark Spark recorded for this batch
+        # in offsets/<batch_id> (so a replay decides the same way); the ones Spark dropped are
+        # read again from the batch's files (fact_source.dropped_late_events).
         wm_ms = batch_watermark_ms(cfg.checkpoint_path, batch_id)
         if wm_ms > 0:
-            wm = F.timestamp_millis(F.lit(wm_ms))
-            reason = F.when(F.col(f"`{ev.time}`") < wm, F.concat(
-                F.lit(f"late event: {ev.time} "), F.col(f"`{ev.time}`").cast("string"),
-                F.lit(f" is older than the watermark {ev.watermark} behind the newest event "
-                      f"time seen (watermark "), wm.cast("string"), F.lit(")")))
+            reason = F.when(F.col(f"`{ev.time}`") <= _ms(wm_ms), _late_reason(ev, wm_ms, ""))
+        from cdc_lake.enrich.fact_source import dropped_late_events
+
+        found = dropped_late_events(rows.sparkSession, cfg, batch_id)
+        if found is not None:
+            d, late_wm = found
+            dropped = d.select(
+                "*", F.lit(batch_id).cast("bigint").alias("_fact_version"),
+                F.lit(False).alias("_is_delete"), _late_reason(ev, late_wm, " before this batch")
+                .alias("_reason"))
     null_key = F.lit(False)
     for c in k:
         null_key = null_key | F.col(f"`{c}`").isNull()
@@ -110,6 +118,21 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFra
     good = (rows.where(F.col("_reason").isNull())
             .withColumn("_rn", F.row_number().over(w)).withColumn("_tie", tie)
             .where("_rn = 1").drop("_rn"))
+    bad = rows.where(F.col("_reason").isNotNull())
+    if dropped is not None:
+        bad = bad.unionByName(dropped.select(*cols(bad.columns)))
     return good.withColumn("_bad", F.lit(False)).unionByName(
-        rows.where(F.col("_reason").isNotNull()).withColumn("_bad", F.lit(True))
-        .withColumn("_tie", F.lit(False)))
+        bad.withColumn("_bad", F.lit(True)).withColumn("_tie", F.lit(False)))
+
+
+def _ms(ms: int) -> Column:
+    return F.timestamp_millis(F.lit(ms))
+
+
+def _late_reason(ev: EventSource, wm_ms: int, seen: str) -> Column:
+    """``late event: <time> <value> (<id> <value>) is at or before the watermark <wm> (...)``."""
+    return F.concat(
+        F.lit(f"late event: {ev.time} "), F.col(f"`{ev.time}`").cast("string"),
+        F.lit(f" ({ev.id} "), F.col(f"`{ev.id}`").cast("string"),
+        F.lit(f") is at or before the watermark {ev.watermark} behind the newest event time seen"
+              f"{seen} (watermark "), _ms(wm_ms).cast("string"), F.lit(")"))

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BinaryType, BooleanType, CharType, DataType, DateType, NullType,
-                               NumericType, StringType, StructField, StructType, TimestampNTZType,
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, CharType, DataType, DateType, MapType,
+                               NullType, NumericType, StringType, StructField, StructType, TimestampNTZType,
                                TimestampType, VarcharType)
 from pyspark.sql.utils import AnalysisException
 
@@ -227,3 +228,38 @@ def preflight(spark: SparkSession, cfg: EnrichConfig, engine: Engine) -> None:
     _check_event_time(cfg, columns)
     with _quiet_analysis_errors():
         _check_sums(cfg, enriched_frame(spark, schema, dim_types))
+    _check_events_source(cfg, columns)
+
+
+def _unorderable(t: DataType) -> str | None:
+    """The part of ``t`` Spark cannot group, compare or sort by (a map, a variant), or None."""
+    if isinstance(t, MapType) or type(t).__name__ == "VariantType":
+        return t.simpleString()
+    if isinstance(t, ArrayType):
+        return _unorderable(t.elementType)
+    if isinstance(t, StructType):
+        return next((u for f in t.fields if (u := _unorderable(f.dataType))), None)
+    return None
+
+
+def _check_events_source(cfg: EnrichConfig, columns: dict[str, DataType]) -> None:
+    """Events: the id and fact keys of a type the dedup and the latest-per-key window can use
+    (a ``map`` id failed the first batch, exit 1: tester), and a landing folder that exists (a
+    missing one was a raw PATH_NOT_FOUND traceback from the stream, exit 1)."""
+    ev = cfg.fact.events
+    if ev is None:
+        return
+    for c in dict.fromkeys((ev.id, *cfg.fact.keys)):
+        bad = _unorderable(columns[c]) if c in columns else None
+        if bad is not None:
+            role = "the event id (fact.events.id)" if c == ev.id else "a fact key (fact.keys)"
+            raise ConfigError(cfg.file, f"fact.events.schema.{c}", (
+                f"{c!r}, {role}, is declared {ev.schema[c]!r}: Spark cannot deduplicate or "
+                f"group by a value containing {bad}; declare it a string, a number or another "
+                "comparable type (e.g. string, bigint, struct<...> of those)"))
+    path = str(ev.path)
+    if "://" not in path and not Path(path).is_dir():
+        what = "is a file, not a folder" if Path(path).exists() else "does not exist"
+        raise ConfigError(cfg.file, "fact.events.path", (
+            f"the events landing folder {path} {what}: create the folder the producer lands "
+            "JSON event files in, or correct fact.events.path"))

@@ -68,7 +68,7 @@ class EnrichStats:
     restated: int = 0
     aggregate_rows_touched: int = 0
     quarantined: int = 0
-    dropped_late: int = 0  # events older than the batch's watermark (kept in quarantine)
+    dropped_late: int = 0  # events at or before the batch's watermark (kept in quarantine)
     skipped_writes: int = 0
     replayed_batches: int = 0
     driver_read_batches: int = 0  # micro-batches read by delta-rs in the driver
@@ -87,7 +87,10 @@ def _raw_line(norm: DataFrame, fact_cols: list[str]) -> Column:
     """A quarantined fact as text: an events line Spark could not read as it was (its corrupt
     record), otherwise the fact's columns as JSON."""
     as_json = F.to_json(F.struct(*[F.col(f"`{c}`") for c in fact_cols if c in norm.columns]))
-    return F.coalesce(F.col(CORRUPT), as_json) if CORRUPT in norm.columns else as_json
+    # valid UTF-8 (a byte such as \xff of a landed line kept as it was made the shared
+    # quarantine table unreadable by Arrow/pandas: tester), as the CDC quarantine does
+    return F.make_valid_utf8(F.coalesce(F.col(CORRUPT), as_json) if CORRUPT in norm.columns
+                             else as_json)
 
 
 def _no_void(df: DataFrame, target: StructType | None) -> DataFrame:
@@ -275,7 +278,7 @@ class EnrichBatch:
             writes.append(("quarantine", cfg.outputs.quarantine, norm.where("_bad").select(
                 F.lit(cfg.fact.label).alias("source_file"),
                 _raw_line(norm, all_fact_cols).alias("raw_line"),
-                F.col("_reason").alias("reason"),
+                F.make_valid_utf8("_reason").alias("reason"),
                 F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
                 F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
                 F.current_timestamp().alias("quarantined_at")), None))
