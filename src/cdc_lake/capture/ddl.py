@@ -88,3 +88,31 @@ def classify_ddl(sql: str, schema: str) -> list[dict[str, Any]]:
         return [{"type": f"database-{verb}", "database": db, "table": None}]
     return []
 
+
+
+_DML_WORD = re.compile(r"^(?:INSERT|REPLACE|UPDATE|DELETE|LOAD\s+DATA|LOAD\s+XML)\b", re.I)
+_DML_TARGETS: list[re.Pattern[str]] = [
+    re.compile(rf"^(?:INSERT|REPLACE)\s+(?:(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE)\s+)*"
+               rf"(?:INTO\s+)?{_QNAME}", re.I | re.S),
+    re.compile(rf"^UPDATE\s+(?:(?:LOW_PRIORITY|IGNORE)\s+)*{_QNAME}\s+SET\b", re.I | re.S),
+    re.compile(rf"^DELETE\s+(?:(?:LOW_PRIORITY|QUICK|IGNORE)\s+)*FROM\s+{_QNAME}"
+               rf"(?:\s*$|\s+(?:WHERE|ORDER|LIMIT|RETURNING|PARTITION|FOR)\b)", re.I | re.S),
+    re.compile(rf"^LOAD\s+(?:DATA|XML)\b.*?\bINTO\s+TABLE\s+{_QNAME}", re.I | re.S),
+]
+
+
+def statement_dml(sql: str, schema: str) -> list[tuple[str, str | None]] | None:
+    """A row change logged as a *statement* (``binlog_format=STATEMENT``/``MIXED``, also a
+    session override): ``[(database, table)]`` it writes, ``table`` None when the statement's
+    target cannot be told (multi-table UPDATE/DELETE); None for anything that is not DML
+    (BEGIN, COMMIT, DDL, SAVEPOINT, XA ...). Comments (``/* */``, ``-- ``, ``#``) are skipped
+    and ``/*! ... */`` read as the server does."""
+    text = _strip_comments(sql).lstrip("( \t\r\n")
+    if not _DML_WORD.match(text):
+        return None
+    for pattern in _DML_TARGETS:
+        m = pattern.match(text)
+        if m:
+            a, b = m.groups()[-2], m.groups()[-1]
+            return [_qualified(a, b, schema)]
+    return [(schema, None)]

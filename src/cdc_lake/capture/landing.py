@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from cdc_lake.capture.state import BinlogPos, fsync_dir
+from cdc_lake.capture.state import BinlogPos, default_file_mode, fsync_dir
 
 
 class LandingWriter:
@@ -32,6 +32,7 @@ class LandingWriter:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.prefix}-inflight-", suffix=".json.tmp",
                                    dir=self.out_dir)
+        os.fchmod(fd, default_file_mode())  # mkstemp makes 0600: readers of the lake need read
         self._f = os.fdopen(fd, "w", encoding="utf-8", newline="\n", buffering=1 << 20)
         self._tmp = Path(tmp)
         self.start = start

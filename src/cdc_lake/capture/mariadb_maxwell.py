@@ -25,8 +25,10 @@ CLI::
     python -m cdc_lake.capture.mariadb_maxwell --host 127.0.0.1 --port 3306 --user cdc \\
         --password-env CDC_CAPTURE_PASSWORD --out data/landing/shop [--state FILE] [--until-now]
 
-Exit codes: 0 success, 2 bad arguments or unsuitable server settings, 75 another capture holds
-the state lock, 1 anything else. On success one ``CAPTURE_SUMMARY {json}`` line goes to stdout.
+Exit codes: 0 success, 2 bad arguments or unsuitable server settings, 3 an operator has to act
+(a binlog event that cannot be landed correctly, a purged/reset binlog, a saved position that is
+not an event; the message names file:position and the recovery), 75 another capture holds the
+state lock, 1 anything else (transient: retried). On success one ``CAPTURE_SUMMARY {json}`` line goes to stdout.
 """
 
 import argparse

@@ -34,11 +34,16 @@ class CaptureLocked(CaptureError):
     exit_code = EXIT_LOCKED
 
 
-class CaptureBadValue(CaptureError):
-    """A binlog value the capture cannot land (not valid in its column's character set): every
-    retry stops at the same event, so an operator has to act (exit 3, not retried)."""
+class CaptureNeedsOperator(CaptureError):
+    """A condition every retry would stop at again (exit 3, not retried): the message names the
+    binlog file:position (and table) and says what an operator has to do."""
 
     exit_code = EXIT_NEEDS_OPERATOR
+
+
+class CaptureBadValue(CaptureNeedsOperator):
+    """A binlog value the capture cannot land (not valid in its column's character set): every
+    retry stops at the same event, so an operator has to act (exit 3, not retried)."""
 
 
 @dataclass(frozen=True)
@@ -110,10 +115,24 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def default_file_mode() -> int:
+    """0644 minus the process umask: the mode ``open()`` would give a new file (``mkstemp``
+    creates 0600, which other readers of the landing folder, e.g. Spark, cannot read)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o644 & ~mask
+
+
+def state_tmp_pattern(path: Path) -> re.Pattern[str]:
+    """Names of the state file's own temporary files (``_atomic_write_text``)."""
+    return re.compile(rf"^\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}\.tmp$")
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -157,6 +176,24 @@ class StateStore:
                                   "started_at": _utcnow_iso(),
                                   "server": f"{settings.host}:{settings.port}"}).encode(), 0)
         self._lock_fd = fd
+
+    def remove_leftovers(self) -> list[Path]:
+        """Remove temporary files of a state save that was killed (SIGKILL) before its rename;
+        only this state file's own pattern, called under the lock."""
+        gone = []
+        pattern = state_tmp_pattern(self.path)
+        try:
+            candidates = list(self.path.parent.iterdir())
+        except OSError:
+            return gone
+        for f in candidates:
+            if pattern.match(f.name):
+                try:
+                    f.unlink()
+                    gone.append(f)
+                except OSError:
+                    pass
+        return gone
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
