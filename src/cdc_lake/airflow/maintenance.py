@@ -57,7 +57,8 @@ class CdcMaintenanceOperator(BaseOperator):
         result = run_module(self.log, argv, summary_prefix=SUMMARY_PREFIX, timeout_s=self.timeout_s,
                             env={**os.environ, **env} if env else None)
         if result.code == 75:
-            then = ("the next scheduled run does it" if self.pipeline.maintenance.schedule
+            schedule = getattr(getattr(self.pipeline, "maintenance", None), "schedule", "@daily")
+            then = ("the next scheduled run does it" if schedule
                     else "this DAG has no schedule: trigger it again when that run is over")
             raise AirflowSkipException(f"Pipeline {self.pipeline.name!r} is locked by a run; maintenance "
                                        f"skipped ({then}).\n" + "\n".join(result.tail[-3:]))
