@@ -168,16 +168,7 @@ def late_events_watermark_ms(checkpoint: Path, batch_id: int) -> int:
 def read_source_log_batches(path: Path) -> list[tuple[str, int | None]]:
     """``(file URI, batchId)`` of one file-source log file (a ``K.compact`` file holds the
     entries of every log id up to ``K``, each with its ``batchId``)."""
-    out: list[tuple[str, int | None]] = []
-    for ln in _lines(path):
-        if not ln.strip():
-            continue
-        entry = _json(ln)
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            raise ValueError("not in the file source log format")
-        b = entry.get("batchId")
-        out.append((entry["path"], b if isinstance(b, int) and not isinstance(b, bool) else None))
-    return out
+    return _source_log(path, "batchId")
 
 
 def source_log_entry_files(checkpoint: Path, log_id: int, source: int = 0) -> list[str]:
@@ -248,6 +239,11 @@ def read_source_log(path: Path) -> list[str]:
 
 def read_source_entries(path: Path) -> list[tuple[str, int | None]]:
     """``(file URI, modification time in ms when it was taken)`` of one file-source log file."""
+    return _source_log(path, "timestamp")
+
+
+def _source_log(path: Path, field: str) -> list[tuple[str, int | None]]:
+    """``(file URI, the entry's integer ``field`` or None)`` of one file-source log file."""
     out: list[tuple[str, int | None]] = []
     for ln in _lines(path):
         if not ln.strip():
@@ -255,8 +251,8 @@ def read_source_entries(path: Path) -> list[tuple[str, int | None]]:
         entry = _json(ln)
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             raise ValueError("not in the file source log format")
-        ts = entry.get("timestamp")
-        out.append((entry["path"], ts if isinstance(ts, int) and not isinstance(ts, bool) else None))
+        v = entry.get(field)
+        out.append((entry["path"], v if isinstance(v, int) and not isinstance(v, bool) else None))
     return out
 
 

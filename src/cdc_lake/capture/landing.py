@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from cdc_lake.capture.state import BinlogPos, default_file_mode, fsync_dir
+from cdc_lake.capture.state import BinlogPos, default_file_mode, fsync_dir, remove_files
 
 
 class LandingWriter:
@@ -43,14 +43,7 @@ class LandingWriter:
         """Remove the in-flight files of a capture that was killed (SIGKILL, power loss) before
         it could clean up; called under the state lock (one capture per landing folder and
         prefix). Their transactions were never recorded, so the run re-reads them."""
-        gone = []
-        for f in self.out_dir.glob(f".{self.prefix}-inflight-*.json.tmp"):
-            try:
-                f.unlink()
-                gone.append(f)
-            except OSError:
-                pass
-        return gone
+        return remove_files(self.out_dir.glob(f".{self.prefix}-inflight-*.json.tmp"))
 
     def write(self, lines: Iterable[str]) -> None:
         for line in lines:

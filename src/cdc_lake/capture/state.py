@@ -13,7 +13,7 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 STATE_VERSION = 1
 EXIT_OK, EXIT_FAIL, EXIT_CONFIG, EXIT_LOCKED = 0, 1, 2, 75
@@ -123,6 +123,18 @@ def default_file_mode() -> int:
     return 0o644 & ~mask
 
 
+def remove_files(paths: Iterable[Path]) -> list[Path]:
+    """Delete each of ``paths`` (leftovers of a killed run); the ones removed."""
+    gone = []
+    for f in paths:
+        try:
+            f.unlink()
+            gone.append(f)
+        except OSError:
+            pass
+    return gone
+
+
 def state_tmp_pattern(path: Path) -> re.Pattern[str]:
     """Names of the state file's own temporary files (``_atomic_write_text``)."""
     return re.compile(rf"^\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}\.tmp$")
@@ -180,20 +192,12 @@ class StateStore:
     def remove_leftovers(self) -> list[Path]:
         """Remove temporary files of a state save that was killed (SIGKILL) before its rename;
         only this state file's own pattern, called under the lock."""
-        gone = []
         pattern = state_tmp_pattern(self.path)
         try:
             candidates = list(self.path.parent.iterdir())
         except OSError:
-            return gone
-        for f in candidates:
-            if pattern.match(f.name):
-                try:
-                    f.unlink()
-                    gone.append(f)
-                except OSError:
-                    pass
-        return gone
+            return []
+        return remove_files(f for f in candidates if pattern.match(f.name))
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
