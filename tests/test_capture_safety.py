@@ -259,3 +259,27 @@ def test_checksum_changes_and_reset_master(tmp_path: Path) -> None:
         assert _state(out2).get("binlog_identity")
     finally:
         srv.stop()
+
+
+def test_load_data_logged_as_a_statement_is_refused(mariadb_server: MariaDBServer,  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    """LOAD DATA under binlog_format STATEMENT is an Execute_load_query event, not rows: refused
+    naming the table (it crashed with AttributeError before: that event has no schema field)."""
+    srv = mariadb_server
+    db = "load_stmt"
+    srv.execute(f"CREATE DATABASE {db} CHARACTER SET utf8mb4")
+    srv.execute("CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))",
+                "INSERT INTO t VALUES (1, 'one')", database=db)
+    data = tmp_path / "rows.tsv"
+    data.write_text("2\ttwo\n3\tthree\n")
+    data.chmod(0o644)
+    tmp_path.chmod(0o755)
+    with srv.connect(db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format=STATEMENT")
+        cur.execute(f"LOAD DATA INFILE '{data}' INTO TABLE t")
+        cur.execute("SELECT COUNT(*) FROM t")
+        assert cur.fetchone()[0] == 3  # the database has the loaded rows
+    out = tmp_path / "landing"
+    msg = _refused(_settings(srv, db, out))
+    assert f"{db}.t" in msg and "logged as a statement" in msg and "LOAD DATA" in msg, msg
+    assert _replay(out).get("t", {}) == {(1,): {"id": 1, "a": "one"}}

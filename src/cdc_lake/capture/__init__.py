@@ -4,6 +4,9 @@
 ``mysql-replication`` and lands Maxwell-format JSON lines files (see ``docs/capture.md``):
 
 * :mod:`.reader` -- ``MaxwellCapture``: the binlog event loop, transaction ends, resume;
+* :mod:`.server` -- the server's settings, binary logs and the start position;
+* :mod:`.row_lines` -- row and DDL events as Maxwell lines; :mod:`.refusals` -- events the
+  capture refuses to land (exit 3) and what the operator does then;
 * :mod:`.state` -- settings, binlog positions, the resume state file and its lock, errors;
 * :mod:`.landing` -- landing files (hidden while written) and the open transaction's buffer;
 * :mod:`.maxwell_json` -- MySQL values as Maxwell JSON; :mod:`.ddl` -- DDL classification.
