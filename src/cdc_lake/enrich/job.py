@@ -33,7 +33,7 @@ from cdc_lake.checkpoint_log import (PipelineStateError, remove_unfinished_write
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich.config import EnrichConfig
-from cdc_lake.enrich.fact_source import START_FILE, fact_stream, start_version
+from cdc_lake.enrich.fact_source import START_FILE, fact_stream, prefetch_source, start_version
 from cdc_lake.enrich.preflight import preflight
 from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
                                    check_tables, record_definitions, recovery_command)
@@ -119,8 +119,10 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
     lock.acquire(run_id)
     try:
         stats = EnrichStats()
+        source_ready: Callable[[], None] = lambda: None  # noqa: E731
         try:
             spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
+            source_ready = prefetch_source(spark, cfg)  # overlaps the checks below
             engine = select_engine(spark, cfg.engine)
             preflight(spark, cfg, engine)  # YAML vs the tables' schemas / Spark SQL: exit 2
             if cfg.fact.kind == "change_feed" and not engine.exists(str(cfg.fact.change_feed)):
@@ -144,8 +146,10 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
             snapshot = EnrichStats()  # the --reprocess snapshot batch, reported on its own
             if reprocess:
                 _bootstrap(spark, cfg, engine, run_id, snapshot)
+            source_ready()
             progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook)
         except Exception as e:
+            source_ready()  # no Py4J call of the background registration outlives the run
             record_failure(cfg.runs_path, cfg.name, {
                 "pipeline": cfg.name, "run_id": run_id, "status": "failed", "kind": "enrich",
                 "error": f"{type(e).__name__}: {str(e)[:2000]}",

@@ -27,7 +27,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+import weakref
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -37,7 +39,7 @@ from cdc_lake.sources.delta_log import DeltaLog
 from cdc_lake.sources.errors import DEFAULT_RECOVERY, ChangeFeedUnavailable
 
 __all__ = ["ChangeFeedUnavailable", "read_change_feed", "read_batch_on_driver", "check_versions",
-           "register", "NAME"]
+           "register", "register_in_background", "NAME"]
 
 ENGINES = ("deltalake", "delta-spark")
 # A micro-batch up to this size is read in the driver (see read_batch_on_driver). Measured
@@ -48,9 +50,41 @@ DRIVER_READ_MAX_ROWS = 50_000
 DRIVER_READ_MAX_BYTES = 32 << 20
 
 
+_REGISTERED: "weakref.WeakSet[SparkSession]" = weakref.WeakSet()
+_REGISTER_LOCK = threading.Lock()
+
+
 def register(spark: SparkSession) -> None:
-    """Register the ``cdc_lake_change_feed`` Python Data Source with this session (idempotent)."""
-    spark.dataSource.register(ChangeFeedDataSource)
+    """Register the ``cdc_lake_change_feed`` Python Data Source with this session (once per
+    session; a second call returns at once)."""
+    with _REGISTER_LOCK:
+        if spark not in _REGISTERED:
+            spark.dataSource.register(ChangeFeedDataSource)
+            _REGISTERED.add(spark)
+
+
+def register_in_background(spark: SparkSession) -> Callable[[], None]:
+    """Start :func:`register` in a thread and return its join.
+
+    The first Python data source registered in a JVM makes Spark look up the static ones in a
+    Python process (about 1 s on 2 cores); started right after the session, that overlaps the
+    caller's own checks. A failure is left to the :func:`register` call after the join, which
+    raises it where the source is read::
+
+        done = register_in_background(spark)
+        ...  # preflight
+        done()
+        df = read_change_feed(spark, path, engine="deltalake")
+    """
+    def work() -> None:
+        try:
+            register(spark)
+        except Exception:  # noqa: BLE001 - raised again by the register call after the join
+            pass
+
+    t = threading.Thread(target=work, name="cdc-lake-register-change-feed", daemon=True)
+    t.start()
+    return t.join
 
 
 def _positive(name: str, value: int | None) -> None:
