@@ -1,7 +1,8 @@
 """Airflow DAGs of cdc-lake: one per pipeline YAML in $CDC_PIPELINES_DIR (default <repo>/pipelines).
 
-Each DAG spark-submits spark_jobs/cdc_ingest.py and updates one Asset per Delta table it writes
-(file:///<table path>), so downstream DAGs can schedule on them. Broken YAML files are reported
+Each DAG spark-submits spark_jobs/cdc_ingest.py and updates the Asset (file:///<table path>) of
+each Delta table the run changed, through the pipeline's AssetAlias cdc_lake:<pipeline>, so
+downstream DAGs can schedule on them. Broken YAML files are reported
 by cdc_pipelines_config_check.py as its import error and never hide the healthy pipelines here.
 Built by cdc_lake.airflow.dag_factory; see docs/airflow.md.
 """

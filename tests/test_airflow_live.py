@@ -333,6 +333,13 @@ def test_backfill_is_sequential_and_idempotent(live, pipeline):
     summaries = [find_summary(live, cfg.name, r["dag_run_id"])[1] for r in runs + others]
     read = sorted(s["events_read"] for s in summaries if s)
     assert read[-1] == sc.events_written and sum(read) == sc.events_written, read  # once, by one run
+    # Asset events (through the pipeline's alias) only from the run that changed the tables: the
+    # backfill's no-op runs trigger no downstream DAG
+    events = _asset_events(live, cfg.name)
+    changed_by = {s["run_id"] for s in summaries if s and s["events_read"]}
+    assert {e["extra"]["run_id"] for e in events} == changed_by, events
+    # (every table got rows, none was quarantined: no event for the quarantine table)
+    assert sorted(e["uri"] for e in events) == sorted(c.path.resolve().as_uri() for c in cfg.tables.values()), events
     known |= {r["dag_run_id"] for r in others}
     sc.mark_processed()
     sc.assert_lake_matches()
@@ -351,3 +358,9 @@ def test_backfill_is_sequential_and_idempotent(live, pipeline):
     assert all(r["state"] == "success" for r in live.runs(cfg.name) if r["run_type"] == "backfill")
     sc.assert_lake_matches()
     assert {t: DeltaTable(str(c.path)).version() for t, c in cfg.tables.items()} == versions
+    assert len(_asset_events(live, cfg.name)) == len(events), "the repeated range changed nothing"
+
+
+def _asset_events(live, dag_id: str) -> list[dict]:
+    """Every Asset event a DAG's runs recorded (REST API)."""
+    return live.api("GET", "/api/v2/assets/events", params={"source_dag_id": dag_id, "limit": 100})["asset_events"]

@@ -40,7 +40,8 @@ JOB = REPO / "spark_jobs" / "cdc_ingest.py"
 
 FAKE_SPARK_SUBMIT = f"""\
 #!{sys.executable}
-# Stand-in for spark-submit: records argv, then behaves like cdc_ingest.py with exit code $FAKE_SPARK_EXIT.
+# Stand-in for spark-submit: records argv, then behaves like cdc_ingest.py with exit code $FAKE_SPARK_EXIT
+# (0: a run summary, with the keys of $FAKE_SUMMARY replacing the defaults).
 import json, os, sys
 sys.path.insert(0, {str(REPO / 'src')!r})
 from cdc_lake.config import load_pipeline
@@ -71,6 +72,7 @@ else:
                "tables": {{t: {{"inserted": 2, "updated": 1, "deleted": 0, "delta_version": 3,
                               "skipped_batches": 0}} for t in cfg.tables}},
                "quarantine_version": 0, "ddl_log_version": None, "checkpoint": str(cfg.checkpoint_path)}}
+    summary.update(json.loads(os.environ.get("FAKE_SUMMARY", "{{}}")))  # a test's own counts
     path = run_summary_path(cfg.runs_path, cfg.name, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary))
@@ -156,6 +158,7 @@ def fake_spark(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SPARK_LOG", str(log))
     monkeypatch.delenv("FAKE_SPARK_EXIT", raising=False)
+    monkeypatch.delenv("FAKE_SUMMARY", raising=False)
 
     def calls() -> list[list[str]]:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -199,6 +202,158 @@ def test_success_builds_the_command_and_returns_the_summary(monkeypatch, tmp_pat
         "pipeline": "e2e_ok", "run_id": safe_run_id(dr.run_id), "inserted": 2, "updated": 1, "deleted": 0,
         "delta_version": 3, "skipped_batches": 0}
     assert events[(lake / "_quarantine").as_uri()]["quarantined"] == 1
+
+
+# --------------------------------------------------------------------------- Asset events
+# The task's outlet is the pipeline's AssetAlias; at run time it adds an event for each table the
+# run changed (operator.cdc_table_changed), recorded against that table's Asset.
+
+
+def _table(inserted: int = 0, updated: int = 0, deleted: int = 0, version: int | None = 5,
+           skipped: int = 0) -> dict:
+    return {"inserted": inserted, "updated": updated, "deleted": deleted, "delta_version": version,
+            "skipped_batches": skipped}
+
+
+def _lake_uri(tmp_path: Path, name: str, table: str) -> str:
+    return (tmp_path / "lake" / name / table).as_uri()
+
+
+def test_outlet_is_the_pipelines_asset_alias(monkeypatch, tmp_path):
+    from airflow.sdk import AssetAlias
+
+    write_pipeline(tmp_path, "e2e_alias")
+    task = pipeline_dag(monkeypatch, tmp_path, "e2e_alias").task_dict["ingest"]
+    assert task.outlets == [AssetAlias("cdc_lake:e2e_alias")]
+    assert {a.uri for a in task.output_assets()} == {
+        _lake_uri(tmp_path, "e2e_alias", t) for t in ("orders", "customers", "_quarantine")}
+
+
+def test_a_run_records_events_for_exactly_the_tables_it_changed(monkeypatch, tmp_path, fake_spark, airflow_db):
+    """orders changed, customers did not, nothing quarantined: one event, orders', with its metrics."""
+    write_pipeline(tmp_path, "e2e_changed")
+    tables = {"orders": _table(updated=4, deleted=1, version=6), "customers": _table(version=2)}
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps({"tables": tables, "quarantined": 0,
+                                                   "quarantine_version": 1}))
+    dr = pipeline_dag(monkeypatch, tmp_path, "e2e_changed").test()
+    assert task_result(dr)[0] == "success"
+    assert asset_events(dr) == {_lake_uri(tmp_path, "e2e_changed", "orders"): {
+        "pipeline": "e2e_changed", "run_id": safe_run_id(dr.run_id), **tables["orders"]}}
+
+
+def test_a_run_with_nothing_new_records_no_asset_event(monkeypatch, tmp_path, fake_spark, airflow_db):
+    """The no-op run of a backfill or a repeated schedule: success, no event, no downstream run."""
+    from airflow.models.asset import AssetEvent
+
+    write_pipeline(tmp_path, "e2e_noop")
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps({
+        "events_read": 0, "batches": 0, "batch_ids": [], "quarantined": 0, "quarantine_version": 0,
+        "tables": {"orders": _table(version=6), "customers": _table(version=2)}}))
+    dr = pipeline_dag(monkeypatch, tmp_path, "e2e_noop").test()
+    assert task_result(dr)[0] == "success"
+    assert asset_events(dr) == {}
+    from airflow.utils.session import create_session
+
+    uris = {_lake_uri(tmp_path, "e2e_noop", t) for t in ("orders", "customers", "_quarantine")}
+    with create_session() as session:
+        anywhere = [e.uri for e in session.scalars(select(AssetEvent)) if e.uri in uris]
+    assert anywhere == []
+
+
+def test_a_quarantine_only_run_records_the_quarantine_event(monkeypatch, tmp_path, fake_spark, airflow_db):
+    write_pipeline(tmp_path, "e2e_quar")
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps({
+        "quarantined": 3, "quarantine_version": 2,
+        "tables": {"orders": _table(version=6), "customers": _table(version=2)}}))
+    dr = pipeline_dag(monkeypatch, tmp_path, "e2e_quar").test()
+    assert task_result(dr)[0] == "success"
+    assert asset_events(dr) == {_lake_uri(tmp_path, "e2e_quar", "_quarantine"): {
+        "pipeline": "e2e_quar", "run_id": safe_run_id(dr.run_id), "quarantined": 3, "delta_version": 2}}
+
+
+def test_a_full_refresh_counts_as_a_change_of_the_tables_it_rebuilt(monkeypatch, tmp_path, fake_spark,
+                                                                    airflow_db):
+    """A rebuild replaces the table in one commit: an event even when the staged run counted no
+    rows (an empty table is the truth); the table the subset left alone gets none."""
+    write_pipeline(tmp_path, "e2e_refresh")
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps({
+        "full_refresh": True, "events_read": 0, "quarantined": 0,
+        "tables": {"orders": _table(version=9)}}))  # the job lists only the refreshed tables
+    dr = pipeline_dag(monkeypatch, tmp_path, "e2e_refresh").test(
+        run_conf={"tables": ["orders"], "full_refresh": True})
+    assert task_result(dr)[0] == "success"
+    assert set(asset_events(dr)) == {_lake_uri(tmp_path, "e2e_refresh", "orders")}
+
+
+def test_an_alias_event_queues_the_dag_scheduled_on_that_table(monkeypatch, tmp_path, fake_spark, airflow_db):
+    """A DAG scheduled on the plain ``Asset("file:///...")`` of a table is queued by the event the
+    upstream task added through its alias, and only by a run that changed the table."""
+    from airflow.dag_processing.dagbag import sync_bag_to_db
+    from airflow.models.asset import AssetDagRunQueue
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    write_pipeline(tmp_path, "e2e_up")
+    orders = _lake_uri(tmp_path, "e2e_up", "orders")
+    down = write_pipeline(tmp_path, "e2e_down")
+    down.write_text(down.read_text() + f"schedule: {{assets: ['{orders}']}}\n")
+    monkeypatch.setenv("CDC_PIPELINES_DIR", str(tmp_path / "pipelines"))
+    bag = DagBag(dag_folder=str(DAGS_FOLDER))
+    assert bag.import_errors == {}
+    sync_bag_to_db(bag, "dags-folder", None)
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == "e2e_down").values(is_paused=False))
+
+    def queued() -> int:
+        with create_session() as session:
+            return len(session.scalars(select(AssetDagRunQueue).where(
+                AssetDagRunQueue.target_dag_id == "e2e_down")).all())
+
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps({"quarantined": 0, "tables": {
+        "orders": _table(version=6), "customers": _table(inserted=1, version=2)}}))
+    assert task_result(bag.dags["e2e_up"].test())[0] == "success"
+    assert queued() == 0, "customers changed, orders did not: the orders DAG must not run"
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps({"quarantined": 0, "tables": {
+        "orders": _table(inserted=2, version=7), "customers": _table(version=2)}}))
+    assert task_result(bag.dags["e2e_up"].test())[0] == "success"
+    assert queued() == 1
+
+
+def test_explicit_static_outlets_still_win(tmp_path):
+    """A caller's ``outlets=[table_asset(p)]``: Airflow records those on every success (the old
+    behaviour, chosen explicitly); the operator only sets their metrics, adds no alias event."""
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator, pipeline_alias, table_asset
+    from cdc_lake.config import load_pipeline
+
+    cfg = load_pipeline(write_pipeline(tmp_path, "e2e_static"))
+    orders = table_asset(cfg.tables["orders"].path)
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=cfg, outlets=[orders])
+    assert op.outlets == [orders]
+    events = OutletEventAccessors()
+    op._annotate_asset_events({"outlet_events": events}, {
+        "run_id": "r1", "quarantined": 2, "tables": {"orders": _table(version=6),
+                                                      "customers": _table(inserted=1, version=2)}})
+    assert events[orders].extra == {"pipeline": "e2e_static", "run_id": "r1", **_table(version=6)}
+    assert events[pipeline_alias("e2e_static")].asset_alias_events == []
+
+
+@pytest.mark.parametrize(("metrics", "full_refresh", "changed"), [
+    (_table(), False, False),                        # nothing new
+    (_table(inserted=1), False, True),
+    (_table(updated=1), False, True),
+    (_table(deleted=1), False, True),
+    (_table(skipped=1), False, True),                # a replay: the failed attempt's rows are announced now
+    (_table(), True, True),                          # rebuilt by a full refresh
+    (_table(version=None), True, False),             # a full refresh of a table that never existed
+    ({"inserted": None, "delta_version": 3}, False, False),
+])
+def test_cdc_table_changed(metrics, full_refresh, changed):
+    from cdc_lake.airflow.operator import cdc_table_changed
+
+    assert cdc_table_changed(metrics, full_refresh=full_refresh) is changed
 
 
 def test_scheduled_style_run_passes_no_optional_args(monkeypatch, tmp_path, fake_spark, airflow_db):

@@ -20,7 +20,7 @@ import pytest
 from airflow.dag_processing.dagbag import BundleDagBag, DagBag, sync_bag_to_db
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset
+from airflow.sdk import Asset, AssetAlias
 from airflow_env import DAGS_FOLDER, REPO, airflow_db  # noqa: F401
 
 from cdc_lake.airflow.dag_factory import MAX_RETRY_DELAY, RETRY_BACKOFF, RETRY_DELAY, TASK_ID
@@ -107,9 +107,11 @@ def test_every_dag_is_complete(monkeypatch, name):
     assert task.retry_exponential_backoff == RETRY_BACKOFF
     assert task.max_retry_delay == MAX_RETRY_DELAY
 
+    # outlet: the pipeline's alias; a run adds events through it for the tables it changed
+    assert task.outlets == [AssetAlias(f"cdc_lake:{cfg.name}")]
     expected = [Asset(t.path.as_uri()) for t in cfg.tables.values()] + [Asset(cfg.quarantine_path.as_uri())]
-    assert task.outlets == expected
-    assert all(isinstance(a, Asset) and a.uri.startswith("file:///") for a in task.outlets)
+    assert task.output_assets() == expected
+    assert all(isinstance(a, Asset) and a.uri.startswith("file:///") for a in task.output_assets())
 
 
 # --------------------------------------------------------------------------- broken configs
@@ -243,7 +245,7 @@ def test_schedule_kinds(monkeypatch, tmp_path):
     assert bag.dags["preset"].schedule == "@daily"
     assert bag.dags["manual"].schedule is None
     # the downstream pipeline runs when the upstream pipeline's orders table is updated
-    assert upstream in bag.dags["up"].tasks[0].outlets
+    assert upstream in bag.dags["up"].tasks[0].output_assets()
     assert list(bag.dags["down"].timetable.asset_condition.objects) == [upstream]
     cond = bag.dags["any"].timetable.asset_condition
     assert type(cond).__name__ == "AssetAny" and list(cond.objects) == [upstream, other], cond

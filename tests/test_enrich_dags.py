@@ -14,10 +14,12 @@ import textwrap
 from datetime import timedelta
 from pathlib import Path
 
+import airflow_env  # noqa: F401  (configures Airflow before it is imported)
 import pytest
 from airflow.sdk import AssetAny, AssetOrTimeSchedule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from airflow_env import airflow_db  # noqa: F401
 from cdc_lake.airflow.dag_factory import build_dags, check_pipeline_configs
 from cdc_lake.airflow.operator import table_asset
 from cdc_lake.config import load_pipeline
@@ -102,13 +104,15 @@ def test_enrich_dag_on_upstream_assets_connects_lineage(tmp_path):
     cond = enrich.timetable.asset_condition
     assert isinstance(cond, AssetAny), "any upstream update triggers the run"
     upstream = {a.uri for a in cond.objects}
-    # the very URIs the producers emit: CDC table outlets and the dimension table outlet
-    produced = _uris(cdc.task_dict["ingest"].outlets) | _uris(dim.task_dict["refresh"].outlets)
+    # the very URIs the producers emit (through their aliases): CDC tables and the dimension table
+    for dag in (enrich, cdc, dim):
+        assert [(type(o).__name__, o.name) for o in dag.tasks[0].outlets] == [("AssetAlias", f"cdc_lake:{dag.dag_id}")]
+    produced = _uris(cdc.task_dict["ingest"].output_assets()) | _uris(dim.task_dict["refresh"].output_assets())
     assert upstream == {table_asset(folder / "lake/shop/order_items").uri,
                         table_asset(folder / "lake/dims/product_categories").uri}
     assert upstream <= produced
     task = enrich.task_dict["enrich"]
-    assert _uris(task.outlets) == {table_asset(folder / p).uri for p in (
+    assert _uris(task.output_assets()) == {table_asset(folder / p).uri for p in (
         "lake/gold/order_lines", "lake/gold/_pending/order_lines", "lake/gold/_quarantine",
         "lake/gold/revenue_by_category_day")}
     assert task.application == str(REPO / "spark_jobs" / "enrich.py")
@@ -153,7 +157,7 @@ def test_dimension_dag_daily_in_order_one_at_a_time(tmp_path):
     rendered = task.render_template(task.application_args, {"ds": "2026-01-02", "run_id": "backfill__x"})
     assert rendered == ["--pipeline", str(folder / "product_categories.yaml"), "--date", "2026-01-02",
                         "--run-id", "backfill__x"]
-    assert _uris(task.outlets) == {table_asset(folder / "lake/dims/product_categories").uri}
+    assert _uris(task.output_assets()) == {table_asset(folder / "lake/dims/product_categories").uri}
 
 
 def test_dimension_schedule_on_assets_is_refused(tmp_path):
@@ -186,6 +190,16 @@ else:
     run_id = app[app.index("--run-id") + 1]
     s = {{"pipeline": cfg.name, "run_id": safe_run_id(run_id), "status": "succeeded", "args": app,
          "tables": {{"table": {{"delta_version": 4, "inserted": 2}}}}}}
+    outputs = getattr(cfg, "output_tables", None)
+    if outputs is not None:  # enrich: commit to the tables in $FAKE_COMMIT; "tables" = versions after
+        from pathlib import Path
+        for name in json.loads(os.environ.get("FAKE_COMMIT", "[]")):
+            log = Path(outputs[name]) / "_delta_log"
+            log.mkdir(parents=True, exist_ok=True)
+            (log / f"{{len(list(log.glob('*.json'))):020d}}.json").write_text("{{}}")
+        versions = {{n: len(list((Path(p) / "_delta_log").glob("*.json"))) - 1 for n, p in outputs.items()}}
+        s["tables"] = {{n: (v if v >= 0 else None) for n, v in versions.items()}}
+    s.update(json.loads(os.environ.get("FAKE_SUMMARY", "{{}}")))  # a test's own counts
     p = run_summary_path(cfg.runs_path, cfg.name, run_id)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(s))
@@ -202,6 +216,8 @@ def fake_spark(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SPARK_LOG", str(log))
+    for name in ("FAKE_SPARK_EXIT", "FAKE_SUMMARY", "FAKE_COMMIT"):
+        monkeypatch.delenv(name, raising=False)
     return lambda: [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
 
 
@@ -341,3 +357,108 @@ def test_plugin_view_shows_pending_size_oldest_parked_dim_versions_and_last_appl
     assert "categories v3" in html and "orders v12" in html
     assert "data-testid='last-applied-product_categories'>2026-01-02<" in html
     assert "data-testid='pipeline-shop'" in html  # the CDC pipeline still renders
+
+
+# --------------------------------------------------------------------------- Asset events
+# dag.test() runs the task for real (Airflow records its events in the metadata DB); the
+# stand-in spark-submit plays the job: FAKE_COMMIT = the enrich outputs it commits a version
+# to, FAKE_SUMMARY = summary keys it sets.
+
+ENRICH_OUTPUTS = {"enriched": "lake/gold/order_lines", "pending": "lake/gold/_pending/order_lines",
+                  "quarantine": "lake/gold/_quarantine",
+                  "aggregate:revenue_by_category_day": "lake/gold/revenue_by_category_day"}
+
+
+def _dag(monkeypatch, folder: Path, dag_id: str):  # type: ignore[no-untyped-def]
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow_env import DAGS_FOLDER
+
+    monkeypatch.setenv("CDC_PIPELINES_DIR", str(folder))
+    bag = DagBag(dag_folder=str(DAGS_FOLDER))
+    assert bag.import_errors == {}
+    return bag.dags[dag_id]
+
+
+def _asset_events(dr) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(select(AssetModel.uri, AssetEvent.extra).join(AssetEvent.asset).where(
+            AssetEvent.source_dag_id == dr.dag_id, AssetEvent.source_run_id == dr.run_id)).all()
+        return {uri: extra for uri, extra in rows}
+
+
+def _state(dr) -> str:  # type: ignore[no-untyped-def]
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return str(session.scalar(select(TaskInstance.state).where(
+            TaskInstance.dag_id == dr.dag_id, TaskInstance.run_id == dr.run_id)))
+
+
+def _existing_tables(folder: Path, versions: int = 3) -> None:
+    """Every enrich output at version ``versions - 1`` (written by earlier runs)."""
+    for rel in ENRICH_OUTPUTS.values():
+        log = folder / rel / "_delta_log"
+        log.mkdir(parents=True)
+        for v in range(versions):
+            (log / f"{v:020d}.json").write_text("{}")
+
+
+@needs_enrich
+@pytest.mark.parametrize(("commit", "summary", "conf", "expected"), [
+    # the run wrote the enriched table and the aggregate (and its manifest row): those two only
+    (["enriched", "aggregate:revenue_by_category_day", "manifest"], {}, {},
+     {"enriched", "aggregate:revenue_by_category_day"}),
+    ([], {"batches": 0}, {}, set()),                                     # nothing new: no event
+    (["quarantine", "manifest"], {"quarantined": 2}, {}, {"quarantine"}),  # only bad facts
+    ([], {"reprocess": True}, {"reprocess": True}, set(ENRICH_OUTPUTS)),   # rebuilt: every output
+    ([], {"replayed_batches": 1}, {}, set(ENRICH_OUTPUTS)),  # an interrupted attempt's commits, unannounced
+], ids=["changed", "noop", "quarantine-only", "reprocess", "replay"])
+def test_enrich_records_events_for_the_outputs_the_run_changed(tmp_path, monkeypatch, fake_spark, airflow_db,
+                                                               commit, summary, conf, expected):
+    from cdc_lake.airflow.operator import pipeline_alias
+    from cdc_lake.runids import safe_run_id
+
+    folder = _folder(tmp_path)
+    _existing_tables(folder)
+    monkeypatch.setenv("FAKE_COMMIT", json.dumps(commit))
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps(summary))
+    dag = _dag(monkeypatch, folder, "order_lines")
+    assert dag.task_dict["enrich"].outlets == [pipeline_alias("order_lines")]
+
+    dr = dag.test(run_conf=conf)
+    assert _state(dr) == "success"
+    events = _asset_events(dr)
+    assert set(events) == {table_asset(folder / ENRICH_OUTPUTS[n]).uri for n in expected}
+    for name in expected:
+        version = 3 if name in commit else 2
+        assert events[table_asset(folder / ENRICH_OUTPUTS[name]).uri] == {
+            "pipeline": "order_lines", "run_id": safe_run_id(dr.run_id), "delta_version": version}
+
+
+@pytest.mark.parametrize(("summary", "changed"), [
+    ({"inserted": 1, "updated": 2, "deleted": 0, "closed": 0}, True),
+    ({"inserted": 0, "updated": 0, "deleted": 0, "closed": 1}, True),     # SCD2: a key's row closed
+    ({"inserted": 0, "updated": 0, "deleted": 0, "widened": {"price": "double"}}, True),
+    ({"inserted": 0, "updated": 0, "deleted": 0, "unchanged": 40}, False),  # the snapshot equals the table
+    ({"status": "already_applied", "skipped_writes": 1}, False),            # the same date again
+    ({"status": "skipped_older_date"}, False),                              # a backfill of an older date
+], ids=["rows", "closed", "widened", "equal", "already-applied", "older-date"])
+def test_dimension_records_an_event_only_when_the_table_changed(tmp_path, monkeypatch, fake_spark, airflow_db,
+                                                                summary, changed):
+    from cdc_lake.runids import safe_run_id
+
+    folder = _folder(tmp_path, enrich=False)
+    metrics = {"delta_version": 4, "inserted": summary.get("inserted", 0),
+               "updated": summary.get("updated", 0), "deleted": summary.get("deleted", 0)}
+    monkeypatch.setenv("FAKE_SUMMARY", json.dumps({**summary, "tables": {"table": metrics}}))
+    dr = _dag(monkeypatch, folder, "product_categories").test()
+    assert _state(dr) == "success"
+    uri = table_asset(folder / "lake/dims/product_categories").uri
+    assert _asset_events(dr) == ({uri: {"pipeline": "product_categories", "run_id": safe_run_id(dr.run_id),
+                                        **metrics}} if changed else {})

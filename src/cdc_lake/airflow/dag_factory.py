@@ -33,7 +33,7 @@ from airflow.sdk import (DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerT
 from airflow.sdk.exceptions import AirflowTimetableInvalid
 
 from cdc_lake.airflow import pipelines_dir
-from cdc_lake.airflow.operator import CdcSparkSubmitOperator, table_asset
+from cdc_lake.airflow.operator import CdcSparkSubmitOperator, pipeline_alias, table_asset
 from cdc_lake.airflow.params import build_params
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError, Schedule, load_all
@@ -213,6 +213,7 @@ Config: `{cfg.file}`
 | Engine | `{cfg.engine}` |
 | Checkpoint | `{cfg.checkpoint_path}` |
 | Quarantine | `{cfg.quarantine_path.as_uri()}` (Delta table, also an Asset) |
+| Asset events | through the AssetAlias `{pipeline_alias(cfg.name).name}`, only for the tables a run changed |
 | Run summaries | `{cfg.runs_path}/{cfg.name}/<run id>.json` (also the task's XCom `return_value`) |
 
 | table | source | keys | history | Delta table = Asset URI |

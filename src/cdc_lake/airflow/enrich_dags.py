@@ -3,16 +3,18 @@
 * :func:`build_enrich_dag` — DAG ``<pipeline>`` with one :class:`EnrichSparkSubmitOperator`
   task ``enrich``. ``schedule:`` may be time (cron / ``{every: 30m}``), upstream Assets
   (``{assets: [...]}``: entries are table paths — relative to the YAML — or Asset URIs; a path
-  becomes ``file:///abs/path``, the same URI the CDC DAGs' outlets use, so the UI shows the
+  becomes ``file:///abs/path``, the URI of the CDC DAGs' Asset events, so the UI shows the
   lineage CDC -> enrichment), or both (``{assets: [...], every: 30m}`` / ``{assets: [...], cron:
   ...}`` -> Airflow's ``AssetOrTimeSchedule``). The DAG runs when **any** listed Asset updates
   (the job reads everything new since its checkpoint, so collapsed events lose nothing).
-  Outlets: enriched, pending, each aggregate, quarantine. Run param ``reprocess``.
+  Outlet: AssetAlias ``cdc_lake:<pipeline>``; events for the outputs a run changed (enriched,
+  pending, each aggregate, quarantine). Run param ``reprocess``.
 * :func:`build_dimension_dag` — DAG ``<pipeline>`` with one :class:`DimensionRefreshOperator`
   task ``refresh`` running ``--date {{ ds }}``. ``max_active_runs=1`` and ``depends_on_past``:
   a date runs only after the previous date's run succeeded, also inside a backfill (whose own
   ``max_active_runs`` defaults to 10 in Airflow 3.3) — snapshots are applied in date order, one
-  at a time. Outlet: the dimension table.
+  at a time. Outlet: AssetAlias ``cdc_lake:<pipeline>``; an event for the dimension table when a
+  run changed it.
 
 Example::
 
@@ -103,7 +105,7 @@ def build_dimension_dag(cfg: Any) -> DAG:
 Config: `{cfg.file}` · Schedule: {_schedule_text(cfg)} · SCD{cfg.scd} · keys {', '.join(cfg.keys)}
 
 Each run applies `{s.path}/{s.pattern}` with `date` = the run's logical date (`{{{{ ds }}}}`) to
-`{table_asset(cfg.table).uri}` (also this task's outlet Asset). A date older than the last
+`{table_asset(cfg.table).uri}` (an Asset: an event when a run changes the table). A date older than the last
 applied date changes nothing; the same date again changes nothing.
 
 Backfill: `airflow backfill create --dag-id {cfg.name} --from-date A --to-date B --max-active-runs 1

@@ -10,7 +10,9 @@ Both spark-submit their job exactly like :class:`~cdc_lake.airflow.operator.CdcS
 application                ``spark_jobs/enrich.py``                      ``spark_jobs/dimension_refresh.py``
 application args           ``--pipeline Y --run-id {{ run_id }}``        ``--pipeline Y --date {{ ds }} --run-id {{ run_id }}``
                            (+ ``--reprocess`` when the run param is set)
-outlets (Assets)           enriched, pending, aggregates, quarantine     the dimension table
+outlets                    AssetAlias ``cdc_lake:<pipeline>``            AssetAlias ``cdc_lake:<pipeline>``
+Asset events (through it)  the outputs that got a new Delta version:     the dimension table, if the run changed
+                           enriched, pending, aggregates, quarantine     rows or widened a column
 exit 75 (locked)           **skipped**: the holder processes everything   **fails, retried**: this date must still
                            new since the checkpoint                      be applied (a skip would let the next
                                                                          date run and this one be lost)
@@ -33,12 +35,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_lake.airflow import REPO_ROOT
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
-from cdc_lake.airflow.operator import (CdcSparkSubmitOperator, _build_conf, _build_delta_jars, _json_scalars,
-                                      _lock_lines, held_by_maintenance, table_asset)
+from cdc_lake.airflow.operator import (CdcSparkSubmitOperator, TableEvent, _build_conf, _build_delta_jars,
+                                      _count, _json_scalars, _lock_lines, delta_version, held_by_maintenance,
+                                      pipeline_alias, table_asset)
 from cdc_lake.airflow.params import RunParams, unknown_conf_message
 from cdc_lake.config import DRIVER_JAVA_OPTIONS
 
@@ -58,13 +62,15 @@ def enrich_output_paths(cfg: Any) -> dict[str, Path]:
 
 
 class _KindOperator(CdcSparkSubmitOperator):
-    """Shared ``execute``: no CDC params, spark-submit, exit-code mapping, run summary -> XCom."""
+    """Shared ``execute``: no CDC params, spark-submit, exit-code mapping, run summary -> XCom,
+    Asset events through the pipeline's alias for the outputs the run changed (``_table_events``)."""
 
     kind_label = "job"
 
     def __init__(self, *, pipeline: Any, application: str, application_args: list[str],
                  conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
-        # SparkSubmitOperator's constructor directly: the CDC one derives outlets from CDC tables.
+        kwargs.setdefault("outlets", [pipeline_alias(pipeline.name)])
+        # SparkSubmitOperator's constructor directly: the CDC one reads CDC-only config.
         SparkSubmitOperator.__init__(
             self, application=application, application_args=application_args,
             conf=_build_conf(pipeline), conn_id=conn_id, **_build_delta_jars(pipeline), **kwargs)
@@ -85,6 +91,7 @@ class _KindOperator(CdcSparkSubmitOperator):
         if DRIVER_JAVA_OPTIONS not in self.pipeline.spark_conf:
             self._set_launch_options(None, "not sized for this job kind")
         self._ship_package()
+        self._before_run()
         try:
             SparkSubmitOperator.execute(self, context)
         except AirflowException as e:
@@ -93,22 +100,21 @@ class _KindOperator(CdcSparkSubmitOperator):
         summary = self._read_summary(run_id)
         if summary is not None:
             self.log.info("%s run summary: %s", self.kind_label, _json_scalars(summary))
-            self._annotate(context, summary)
+            self._annotate_asset_events(context, summary)
         return summary
 
-    def _annotate(self, context: Context, summary: dict[str, Any]) -> None:
-        events = context.get("outlet_events")
-        if events is None:
-            return
-        common = {"pipeline": self.pipeline.name, "run_id": summary.get("run_id")}
-        tables = summary.get("tables") or {}
-        for name, path in self._outputs().items():
-            metrics = tables.get(name)
-            events[table_asset(path)].extra = {
-                **common, **_json_scalars(metrics if isinstance(metrics, dict) else {"delta_version": metrics})}
+    def output_assets(self) -> list[Asset]:
+        """Every Asset a run of this task can add an event for (lineage; docs, tests)."""
+        return [table_asset(p) for p in self._outputs().values()]
+
+    def _table_events(self, summary: dict[str, Any]) -> list[TableEvent]:
+        raise NotImplementedError
 
     def _outputs(self) -> dict[str, Path]:
         raise NotImplementedError
+
+    def _before_run(self) -> None:
+        """What ``_table_events`` compares the run summary with (nothing by default)."""
 
     def _code(self) -> int | None:
         hook = self._hook
@@ -132,6 +138,13 @@ class EnrichSparkSubmitOperator(_KindOperator):
     Run param ``reprocess`` (boolean, default false) adds ``--reprocess``: reset this
     pipeline's checkpoint and outputs and rebuild from the upstream tables' current snapshot
     (the recovery the job names after exit 3).
+
+    Asset events (through ``pipeline_alias(pipeline.name)``): each output (enriched, pending,
+    aggregates, quarantine) whose Delta version after the run (summary ``tables``) differs from
+    its version just before spark-submit — the job commits nothing for an empty write, so a new
+    version is a change — and every output after a ``--reprocess`` (rebuilt) or after a run that
+    finished a micro-batch an interrupted attempt had partly written (``replayed_batches``,
+    ``skipped_writes``: that attempt's commits were never announced).
     """
 
     ui_color = "#fde6c8"
@@ -139,8 +152,6 @@ class EnrichSparkSubmitOperator(_KindOperator):
 
     def __init__(self, *, pipeline: Any, conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         kwargs.setdefault("name", f"cdc_lake-enrich-{pipeline.name}")
-        if "outlets" not in kwargs:
-            kwargs["outlets"] = [table_asset(p) for p in enrich_output_paths(pipeline).values()]
         kwargs.setdefault("application", str(ENRICH_JOB))
         kwargs.setdefault("application_args", ["--pipeline", str(pipeline.file), "--run-id", "{{ run_id }}"])
         super().__init__(pipeline=pipeline, conn_id=conn_id, **kwargs)
@@ -157,6 +168,24 @@ class EnrichSparkSubmitOperator(_KindOperator):
 
     def _outputs(self) -> dict[str, Path]:
         return enrich_output_paths(self.pipeline)
+
+    def _before_run(self) -> None:
+        self._versions_before = {name: delta_version(path) for name, path in self._outputs().items()}
+
+    def _table_events(self, summary: dict[str, Any]) -> list[TableEvent]:
+        common = {"pipeline": self.pipeline.name, "run_id": summary.get("run_id")}
+        tables = summary.get("tables") or {}
+        before = getattr(self, "_versions_before", {})
+        every = summary.get("reprocess") is True or any(
+            _count(summary.get(k)) for k in ("replayed_batches", "skipped_writes"))
+        found = []
+        for name, path in self._outputs().items():
+            after = tables.get(name)
+            metrics = after if isinstance(after, dict) else {"delta_version": after}
+            version = metrics.get("delta_version")
+            changed = version is not None and (every or version != before.get(name))
+            found.append(TableEvent(path, {**common, **_json_scalars(metrics)}, changed))
+        return found
 
     def _raise_for_exit_code(self, error: AirflowException) -> None:
         code, name = self._code(), self.pipeline.name
@@ -191,15 +220,19 @@ class EnrichSparkSubmitOperator(_KindOperator):
 
 class DimensionRefreshOperator(_KindOperator):
     """Refresh one dimension table from the snapshot of the run's logical date (``{{ ds }}``; a
-    manual run without a logical date: the UTC day of its ``run_after``)."""
+    manual run without a logical date: the UTC day of its ``run_after``).
+
+    Asset event (through ``pipeline_alias(pipeline.name)``): the dimension table, when the run
+    applied a snapshot that changed rows (``inserted``/``updated``/``deleted``/``closed``) or
+    widened a column; none for a date already applied or older than the last applied one, nor
+    for a snapshot equal to the table.
+    """
 
     ui_color = "#e8dcf5"
     kind_label = "Dimension refresh"
 
     def __init__(self, *, pipeline: Any, conn_id: str = DEFAULT_CONN_ID, **kwargs: Any) -> None:
         kwargs.setdefault("name", f"cdc_lake-dimension-{pipeline.name}")
-        if "outlets" not in kwargs:
-            kwargs["outlets"] = [table_asset(pipeline.table)]
         kwargs.setdefault("application", str(DIMENSION_JOB))
         # the logical date's snapshot; a manual run without a logical date (Airflow 3 allows
         # one) takes the day it was triggered for (run_after, UTC): 'ds' is undefined there
@@ -217,6 +250,15 @@ class DimensionRefreshOperator(_KindOperator):
 
     def _outputs(self) -> dict[str, Path]:
         return {"table": self.pipeline.table}
+
+    def _table_events(self, summary: dict[str, Any]) -> list[TableEvent]:
+        common = {"pipeline": self.pipeline.name, "run_id": summary.get("run_id")}
+        metrics = (summary.get("tables") or {}).get("table")
+        metrics = metrics if isinstance(metrics, dict) else {"delta_version": summary.get("delta_version")}
+        changed = summary.get("status") == "succeeded" and (
+            any(_count(summary.get(k)) for k in ("inserted", "updated", "deleted", "closed"))
+            or bool(summary.get("widened")))
+        return [TableEvent(self.pipeline.table, {**common, **_json_scalars(metrics)}, changed)]
 
     def _raise_for_exit_code(self, error: AirflowException) -> None:
         code, name = self._code(), self.pipeline.name

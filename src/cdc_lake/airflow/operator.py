@@ -22,7 +22,9 @@ application args                ``--pipeline <yaml> --run-id {{ run_id }}`` + va
 Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
 
 * ``0``: success; the run summary ``<storage.runs>/<pipeline>/<run id>.json`` is logged and
-  returned (XCom ``return_value``); each table's Asset event carries its metrics as ``extra``.
+  returned (XCom ``return_value``); each table **the run changed** gets an Asset event through
+  the pipeline's :func:`pipeline_alias`, its metrics as ``extra`` (:func:`cdc_table_changed`);
+  a run that found nothing new records none.
 * ``75`` (another run holds the pipeline lock): the task is **skipped** - the holder is already
   processing the pipeline, nothing was written, no Asset event. A ``full_refresh`` run **fails
   without retry** instead, so the requested rebuild is not silently dropped.
@@ -35,14 +37,15 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset
+from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_lake.airflow import REPO_ROOT
@@ -76,6 +79,65 @@ def table_asset(path: Path) -> Asset:
     return Asset(path.resolve().as_uri())
 
 
+ALIAS_PREFIX = "cdc_lake:"
+
+
+def pipeline_alias(name: str) -> AssetAlias:
+    """The AssetAlias a pipeline's task declares as its outlet: ``cdc_lake:<pipeline name>``.
+
+    The task adds an event through it, at run time, for each :func:`table_asset` the run
+    changed; Airflow records it against that Asset, which triggers DAGs scheduled on it.
+
+    Example::
+
+        pipeline_alias("shop_maxwell")   # AssetAlias(name="cdc_lake:shop_maxwell")
+    """
+    return AssetAlias(f"{ALIAS_PREFIX}{name}")
+
+
+class TableEvent(NamedTuple):
+    """One output table of a successful run: its Asset event ``extra`` and whether it changed."""
+
+    path: Path
+    extra: dict[str, Any]
+    changed: bool
+
+
+def _count(value: Any) -> int:
+    """A summary counter as an int (absent, None or not a number: 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def cdc_table_changed(metrics: dict[str, Any], *, full_refresh: bool = False) -> bool:
+    """Whether a CDC run changed a target table, from its entry in the run summary.
+
+    Changed: the run inserted, updated or deleted rows (``inserted``/``updated``/``deleted``);
+    or it replayed a micro-batch whose write an interrupted earlier attempt had committed
+    (``skipped_batches``: that attempt failed, so no event announced those rows); or a full
+    refresh replaced the table (``delta_version`` set: it was rebuilt, whatever the counts).
+    A run with nothing new has all counts 0 and changes nothing.
+
+    Example::
+
+        cdc_table_changed({"inserted": 0, "updated": 0, "deleted": 0, "delta_version": 7})  # False
+    """
+    if any(_count(metrics.get(k)) for k in ("inserted", "updated", "deleted", "skipped_batches")):
+        return True
+    return full_refresh and metrics.get("delta_version") is not None
+
+
+def delta_version(path: Path) -> int | None:
+    """The latest commit version of the Delta table at ``path``, read from the names of its
+    ``_delta_log/<version>.json`` files (the Delta protocol; any engine wrote it), or None when
+    there is no table (or its log cannot be listed)."""
+    try:
+        names = os.listdir(path / "_delta_log")
+    except OSError:
+        return None
+    versions = [int(n[:-5]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
+    return max(versions, default=None)
+
+
 class CdcSparkSubmitOperator(SparkSubmitOperator):
     """Run one CDC pipeline with spark-submit and return its run summary.
 
@@ -84,6 +146,11 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         conn_id: Airflow Spark connection; ``local[*]`` if it is not defined.
         application: job script (default ``<repo>/spark_jobs/cdc_ingest.py``).
         **kwargs: any other ``SparkSubmitOperator`` / ``BaseOperator`` argument.
+
+    Outlets: ``[pipeline_alias(pipeline.name)]`` unless ``outlets=`` is given. After a
+    successful run the task adds an Asset event through the alias for each target table the run
+    changed (:func:`cdc_table_changed`) and for the quarantine table if the run quarantined rows;
+    Assets given as static ``outlets`` get an event on every success, as Airflow records them.
 
     Example::
 
@@ -95,7 +162,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     def __init__(self, *, pipeline: PipelineConfig, conn_id: str = DEFAULT_CONN_ID,
                  application: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("name", f"cdc_lake-{pipeline.name}")
-        kwargs.setdefault("outlets", [table_asset(p) for p in _output_paths(pipeline)])
+        kwargs.setdefault("outlets", [pipeline_alias(pipeline.name)])
         super().__init__(
             application=application or str(JOB_SCRIPT),
             application_args=["--pipeline", str(pipeline.file), "--run-id", "{{ run_id }}"],
@@ -268,20 +335,53 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self.log.warning("Could not read run summary %s: %s", path, e)
         return None
 
-    def _annotate_asset_events(self, context: Context, summary: dict[str, Any]) -> None:
-        """Attach each table's metrics to its Asset event (downstream DAGs read them as ``extra``)."""
-        events = context.get("outlet_events")
-        if events is None:
-            return
+    def output_assets(self) -> list[Asset]:
+        """Every Asset a run of this task can add an event for (lineage; docs, tests)."""
+        return [table_asset(p) for p in _output_paths(self.pipeline)]
+
+    def _table_events(self, summary: dict[str, Any]) -> list[TableEvent]:
+        """The targets in the summary (a subset full refresh lists only its tables) and the
+        quarantine table, each with its metrics and whether this run changed it."""
         common = {"pipeline": self.pipeline.name, "run_id": summary.get("run_id")}
+        full_refresh = summary.get("full_refresh") is True
         tables = summary.get("tables") or {}
+        found = []
         for name, table in self.pipeline.tables.items():
             metrics = tables.get(name)
             if isinstance(metrics, dict):
-                events[table_asset(table.path)].extra = {**common, **_json_scalars(metrics)}
-        events[table_asset(self.pipeline.quarantine_path)].extra = {
+                found.append(TableEvent(table.path, {**common, **_json_scalars(metrics)},
+                                        cdc_table_changed(metrics, full_refresh=full_refresh)))
+        found.append(TableEvent(self.pipeline.quarantine_path, {
             **common, **_json_scalars({"quarantined": summary.get("quarantined"),
-                                       "delta_version": summary.get("quarantine_version")})}
+                                       "delta_version": summary.get("quarantine_version")})},
+            _count(summary.get("quarantined")) > 0))
+        return found
+
+    def _annotate_asset_events(self, context: Context, summary: dict[str, Any]) -> None:
+        """Record the run's Asset events (downstream DAGs read the metrics as ``extra``).
+
+        Through this pipeline's alias: one event per table the run changed, none for the
+        others. An Asset declared as a static outlet (``outlets=[table_asset(p)]`` by the
+        caller) gets its event from Airflow on every success; only its ``extra`` is set here.
+        """
+        events = context.get("outlet_events")
+        if events is None:
+            return
+        outlets = list(self.outlets or [])
+        static = {o.uri for o in outlets if isinstance(o, Asset)}
+        alias = pipeline_alias(self.pipeline.name)
+        has_alias = any(isinstance(o, AssetAlias) and o.name == alias.name for o in outlets)
+        recorded = []
+        for event in self._table_events(summary):
+            asset = table_asset(event.path)
+            if asset.uri in static:
+                events[asset].extra = event.extra
+            elif event.changed and has_alias:
+                events[alias].add(asset, extra=event.extra)
+                recorded.append(asset.uri)
+        if has_alias:
+            self.log.info("Asset events (tables this run changed): %s",
+                          ", ".join(recorded) if recorded else "none: the run changed no table")
 
 
 def format_summary(summary: dict[str, Any]) -> str:
