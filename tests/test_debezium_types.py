@@ -37,6 +37,7 @@ tables:
   wide: {{keys: [id]}}
   dec: {{keys: [id]}}
   ts: {{keys: [id]}}
+  tm: {{keys: [id]}}
 """
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -215,3 +216,41 @@ def test_hints_without_a_lossless_merge_are_refused_not_stored_changed(spark, tm
     (later.landing_path / "001.json").write_text(_event(2, "c", date_f, {"id": 2, "d": 19723}) + "\n")
     run_pipeline(later, spark=spark)
     assert set(_rows(later, "orders")) == {1} and len(_quarantined(later)) == 1, _rows(later, "orders")
+
+
+def _mysql_time(micros: int) -> str:
+    """MySQL's TIME text of a signed duration: ``[-]HH:MM:SS`` with at least two hour digits
+    (TIME spans -838:59:59 .. 838:59:59), a fraction without trailing zeros."""
+    sign, rest = ("-" if micros < 0 else ""), abs(micros)
+    hours, rest = divmod(rest, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds, frac = divmod(rest, 1_000_000)
+    text = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
+    return text + (f".{frac:06d}".rstrip("0") if frac else "")
+
+
+def test_time_columns_keep_every_hour_digit(spark, tmp_path):
+    """``Time`` (ms), ``MicroTime`` (µs) and ``NanoTime`` (ns) over MySQL's whole TIME range:
+    100 hours and more were stored with the hour cut to two digits (100:00:00 as 10:00:00,
+    838:59:59 as 83:59:59), exit 0 (tester, 2026-11-28)."""
+    seed = int(os.environ.get("CDC_SEED") or random.SystemRandom().randrange(10 ** 6))
+    rng = random.Random(seed)
+    top = 838 * 3_600_000_000 + 59 * 60_000_000 + 59_999_999  # 838:59:59.999999
+    edges = [0, 1, -1, 99 * 3_600_000_000, 100 * 3_600_000_000, -100 * 3_600_000_000, top, -top,
+             3_600_000_000 * 24, 123 * 3_600_000_000 + 4_000_500]
+    micros = edges + [rng.randrange(-top, top + 1) for _ in range(30)]
+    fields = [_field("id", "int64"), _field("ms", "int32", "io.debezium.time.Time"),
+              _field("us", "int64", "io.debezium.time.MicroTime"),
+              _field("ns", "int64", "io.debezium.time.NanoTime")]
+    lines, truth = [], {}
+    for i, us in enumerate(micros, start=1):
+        ms = max(min(us // 1000, 2 ** 31 - 1), -(2 ** 31))  # int32: Time reaches +-596 h
+        lines.append(_event(i, "c", fields, {"id": i, "ms": ms, "us": us, "ns": us * 1000}, table="tm"))
+        truth[i] = {"id": i, "ms": _mysql_time(ms * 1000), "us": _mysql_time(us), "ns": _mysql_time(us)}
+    cfg = _pipeline(tmp_path, "times")
+    (cfg.landing_path / "000.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_pipeline(cfg, spark=spark)
+    got = _rows(cfg, "tm")
+    bad = {k: (got.get(k), truth[k]) for k in truth if got.get(k) != truth[k]}
+    assert not bad, f"seed {seed}: {len(bad)} of {len(truth)} rows differ, e.g. {list(bad.items())[:3]}"
+    assert _quarantined(cfg) == [], seed
