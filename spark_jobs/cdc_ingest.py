@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
             if state is not None:  # an operator has to act: say so last, exit 3 (no retry)
                 print(f"[cdc] NEEDS RECOVERY: {state}", file=sys.stderr, flush=True)
                 return EXIT_STATE
+        from cdc_lake.spark_session import stopped_context_hint
+
+        hint = stopped_context_hint(text)
+        if hint is not None:
+            print(f"[cdc] {hint}", file=sys.stderr, flush=True)
         print("[cdc] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
         return EXIT_FAILED
     print_summary(summary, human=_human(summary))

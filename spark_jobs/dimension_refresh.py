@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             if why is not None:  # an operator has to act: say so last, exit 3 (no retry)
                 print(f"[dimension] NEEDS RECOVERY: {why}", file=sys.stderr, flush=True)
                 return EXIT_INVALID
+        from cdc_lake.spark_session import stopped_context_hint
+
+        hint = stopped_context_hint(text)
+        if hint is not None:
+            print(f"[dimension] {hint}", file=sys.stderr, flush=True)
         print("[dimension] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
         return EXIT_FAILED
     print_summary(summary, human=_human(summary))

@@ -82,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             if state is not None:  # an operator has to act: say so last, exit 3 (no retry)
                 print(f"[enrich] NEEDS RECOVERY: {state}", file=sys.stderr, flush=True)
                 return EXIT_UNAVAILABLE
+        from cdc_lake.spark_session import stopped_context_hint
+
+        hint = stopped_context_hint(text)
+        if hint is not None:
+            print(f"[enrich] {hint}", file=sys.stderr, flush=True)
         print(f"[enrich] RUN FAILED: {type(e).__name__}: {str(e)[:1000]}", file=sys.stderr, flush=True)
         return EXIT_FAILED
     from cdc_lake.summary import print_summary

@@ -63,3 +63,49 @@ def test_batch_cache_compression_default_and_override(tmp_path, spark_yaml, conf
     (size,) = got["cache_bytes"]  # what the cached relation really holds
     assert (size < 20_000) if compressed else (size >= 100_000), got
     assert int(got["partitions"]) >= 4, got  # shuffle partitions sized to the cores (>= 4)
+
+
+STOPPED = textwrap.dedent("""\
+    import traceback
+    from pyspark.sql import SparkSession
+    from cdc_lake.spark_session import stopped_context_hint
+    spark = SparkSession.builder.master("local[1]").getOrCreate()
+    spark.sparkContext._jsc.sc().stop()  # as Spark's standalone client does when the master is gone
+    try:
+        spark.range(3).count()
+    except Exception:
+        print("HINT", stopped_context_hint(traceback.format_exc()))
+    print("OTHER", stopped_context_hint("java.io.FileNotFoundException: x"))
+    """)
+
+
+def test_a_context_spark_stopped_under_the_job_is_named(tmp_path):
+    """A job whose SparkContext Spark stopped (the standalone client gives up on an unreachable
+    master after a minute) failed with only 'Cannot call methods on a stopped SparkContext';
+    the jobs now print what it means (cluster tester, 2026-11-28). Real stop of the JVM context;
+    the cluster wording was checked by hand against ``--master spark://127.0.0.1:7078``."""
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in r.stdout.splitlines()
+             if ln.startswith(("HINT ", "OTHER "))}
+    assert lines.get("OTHER") == "None", r.stdout + r.stderr[-2000:]
+    assert "stopped the SparkContext" in lines.get("HINT", "") and "local[1]" in lines["HINT"], lines
+
+
+def test_package_zip_command_prints_a_reusable_zip(tmp_path):
+    """``python -m cdc_lake.packaging`` (the by-hand cluster command in the README) prints the
+    zip's path; the zip imports as the package; a second call reuses it."""
+    import zipfile
+
+    cmd = [sys.executable, "-m", "cdc_lake.packaging", "--dest", str(tmp_path)]
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+    again = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+    assert first == again and first.startswith(str(tmp_path)) and first.endswith(".zip")
+    names = zipfile.ZipFile(first).namelist()
+    assert "cdc_lake/__init__.py" in names and "cdc_lake/cdc/job.py" in names
+    probe = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "import cdc_lake.packaging as m; print(m.__file__)", first],
+                           capture_output=True, text=True, check=True).stdout
+    assert probe.startswith(first), probe

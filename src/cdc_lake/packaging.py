@@ -72,3 +72,27 @@ def package_zip(dest: str | os.PathLike[str] | None = None) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cdc_lake.packaging [--dest DIR]``: build (or reuse) the zip, print its path.
+
+    For spark-submit by hand on a cluster, as the operators do it (client mode)::
+
+        ZIP=$(.venv/bin/python -m cdc_lake.packaging)
+        PYTHONPATH="$ZIP" .venv/bin/spark-submit --master spark://HOST:7077 --py-files "$ZIP" \\
+            spark_jobs/enrich.py --pipeline pipelines/shop_order_lines.yaml
+    """
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m cdc_lake.packaging",
+                                description="Zip the cdc_lake package for spark-submit --py-files "
+                                            "and print the zip's path.")
+    p.add_argument("--dest", default=None, help=f"folder for the zip (default ${CACHE_ENV}, else "
+                                                "~/.cache/cdc-lake/py-files)")
+    print(package_zip(p.parse_args(argv).dest))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

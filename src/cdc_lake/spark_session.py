@@ -100,3 +100,34 @@ def driver_java_options(spark: SparkSession) -> str | None:
         return " ".join(str(a) for a in bean.getInputArguments())
     except Exception:  # noqa: BLE001 - informational only
         return None
+
+
+STOPPED_CONTEXT = "Cannot call methods on a stopped SparkContext"
+
+
+def stopped_context_hint(error_text: str) -> str | None:
+    """What to say when a job failed because Spark stopped its own context under it, or None.
+
+    Spark's standalone client gives up on a master it cannot reach (a wrong host or port, a
+    master that is down) after about a minute and stops the SparkContext; the job then fails
+    with ``Cannot call methods on a stopped SparkContext`` and the cause is only in Spark's log
+    (``All masters are unresponsive``) far above (cluster tester, 2026-11-28)::
+
+        hint = stopped_context_hint(traceback.format_exc())
+        if hint: print(f"[cdc] {hint}", file=sys.stderr)
+    """
+    if STOPPED_CONTEXT not in error_text:
+        return None
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    master = getattr(sc, "master", None) or "?"
+    where = (f"the cluster manager at {master} could not be reached or ended the application "
+             "(Spark's log above says why, e.g. 'Failed to connect to master' / 'All masters "
+             "are unresponsive' / 'Application has been killed'): check the master URL (the "
+             "Airflow Spark connection, or spark-submit --master) and that the master and its "
+             "workers are up"
+             if not str(master).startswith("local") else
+             "the driver stopped it (Spark's log above says why)")
+    return (f"Spark stopped the SparkContext while the job ran (master {master}): {where}. "
+            "Retrying is safe: the next run resumes where this one stopped")
