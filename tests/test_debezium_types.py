@@ -254,3 +254,38 @@ def test_time_columns_keep_every_hour_digit(spark, tmp_path):
     bad = {k: (got.get(k), truth[k]) for k in truth if got.get(k) != truth[k]}
     assert not bad, f"seed {seed}: {len(bad)} of {len(truth)} rows differ, e.g. {list(bad.items())[:3]}"
     assert _quarantined(cfg) == [], seed
+
+
+def test_epoch_values_beyond_years_1_to_9999_are_quarantined_not_a_failed_run(spark, tmp_path):
+    """An epoch value past Spark's range (``Timestamp`` ms x 1000 beyond int64) failed the whole
+    run (ANSI long overflow) on every later run too; one beyond year 9999 but inside Spark's
+    range would be stored as a date no reader of the table can load. Both are quarantined; the
+    first and last microsecond of years 1 to 9999 are stored exactly."""
+    first_us = (datetime(1, 1, 1, tzinfo=timezone.utc) - EPOCH) // timedelta(microseconds=1)
+    last_us = ((datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc) - EPOCH)
+               // timedelta(microseconds=1))
+    fields = [_field("id", "int64"), _field("ms", "int64", "io.debezium.time.Timestamp"),
+              _field("us", "int64", "io.debezium.time.MicroTimestamp"),
+              _field("ns", "int64", "io.debezium.time.NanoTimestamp"),
+              _field("d", "int32", "io.debezium.time.Date")]
+    first_day, last_day = first_us // 86_400_000_000, last_us // 86_400_000_000
+    ok = {1: (first_us // 1000, first_us, None, first_day), 2: (last_us // 1000, last_us, None, last_day)}
+    bad = {3: {"ms": 2 ** 63 - 1}, 4: {"ms": -(2 ** 63)}, 5: {"us": 2 ** 63 - 1},
+           6: {"us": last_us + 1}, 7: {"ms": last_us // 1000 + 1}, 8: {"us": first_us - 1},
+           9: {"d": 2 ** 31 - 1}, 10: {"d": -(2 ** 31)}, 11: {"d": last_day + 1}}
+    lines = []
+    for i, (ms, us, ns, d) in ok.items():
+        lines.append(_event(i, "c", fields, {"id": i, "ms": ms, "us": us, "ns": ns, "d": d}, table="ts"))
+    for i, value in bad.items():
+        lines.append(_event(i, "c", fields, {"id": i, **value}, table="ts"))
+    cfg = _pipeline(tmp_path, "epochs")
+    (cfg.landing_path / "000.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_pipeline(cfg, spark=spark)
+    got = _rows(cfg, "ts")
+    assert sorted(got) == [1, 2], (sorted(got), _quarantined(cfg))
+    for i, (ms, us, ns, d) in ok.items():
+        assert got[i] == {"id": i, "ms": _ts(ms * 1000), "us": _ts(us), "ns": None,
+                          "d": (EPOCH + timedelta(days=d)).date()}, got[i]
+    reasons = _quarantined(cfg)
+    assert sorted(r.split(":")[0] for r in reasons) == sorted(
+        f"column {c}" for v in bad.values() for c in v), reasons

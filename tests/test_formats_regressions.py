@@ -104,3 +104,91 @@ def test_debezium_unavailable_value_placeholder_is_an_error_and_transaction_mark
     assert got[toast_array][1].startswith("column(s) tags hold"), got[toast_array]
     assert got[twice] == ("row", "the schema's after fields list a name twice or a field without a "
                                  'name: ["id","id"]')
+
+
+def test_order_values_the_order_key_cannot_hold_are_errors_not_a_different_order(spark):
+    """The order key (``seq``) is text: each ordering value is left-padded to a fixed width so
+    that text order is numeric order. A value wider than its slot was cut (Maxwell ``ts`` sent in
+    milliseconds: 1700000000123 -> 170000000012), a negative one sorted backwards (-6 before -5
+    as text), a 39-digit offset failed the whole run (ANSI decimal overflow) and a 20-digit
+    binlog file number too (bigint overflow), as did a file name without a number and a
+    commit time beyond the microsecond range (long overflow). Each is now an error naming the field and value;
+    the widest values each slot holds still order as before."""
+    def mx(**kw):  # type: ignore[no-untyped-def]
+        return json.dumps({"database": "shop", "table": "t", "type": "update", "ts": 1700000000,
+                           "xid": 7, "xoffset": 0, "data": {"id": 1}, **kw})
+
+    def cn(**kw):  # type: ignore[no-untyped-def]
+        return json.dumps({"database": "shop", "table": "t", "type": "UPDATE", "es": 1700000000000,
+                           "id": 1, "isDdl": False, "data": [{"id": "1"}], **kw})
+
+    def dbz(**src):  # type: ignore[no-untyped-def]
+        source = {"file": "mysql-bin.000001", "pos": 100, "row": 0, "ts_ms": 1, "table": "t",
+                  "db": "shop", **src}
+        source = {k: v for k, v in source.items() if v is not None}
+        return json.dumps({"op": "u", "before": {"id": 1}, "after": {"id": 1}, "source": source})
+
+    big = "9" * 39
+    cases = {
+        "maxwell": {
+            mx(position="mysql-bin.9999999999:4"): None,
+            mx(position="mysql-bin.000001:" + "9" * 20): None,
+            mx(ts=253402300799, position=None): None,  # the last second of year 9999
+            mx(ts=-62135596800, xid=1, position="mysql-bin.000001:5"): None,  # the first of year 1
+            mx(ts=999999999999, position=None):
+                "ts 999999999999 is not a commit time in years 1 to 9999 (read as seconds "
+                "since 1970)",
+            mx(ts=2**62, position="mysql-bin.000001:6"):  # failed the run (long overflow)
+                f"ts {2**62} is not a commit time in years 1 to 9999 (read as seconds since 1970)",
+            mx(xoffset=9_999_999_999): None,
+            mx(ts=1700000000123, position=None):  # sent in ms
+                "ts 1700000000123 is not a commit time in years 1 to 9999 (read as seconds "
+                "since 1970)",
+            mx(ts=-5, position=None): "ts -5 does not fit the order key (0 to 999999999999)",
+            mx(position="mysql-bin.10000000000:4"):
+                "binlog file number 10000000000 does not fit the order key (0 to 9999999999)",
+            mx(position="mysql-bin." + "1" * 20 + ":4"):
+                f"binlog file number {'1' * 20} does not fit the order key (0 to 9999999999)",
+            mx(position="mysql-bin.000001:" + big):
+                f"binlog offset {big} does not fit the order key (0 to {'9' * 20})",
+            mx(xoffset=-1): "xoffset -1 does not fit the order key (0 to 9999999999)",
+            mx(xid=-7, position=None): f"xid -7 does not fit the order key (0 to {'9' * 20})",
+            mx(position="binlog:4"): "position's binlog file name does not end in a number (the "
+                                     'number orders binlog files): "binlog:4"',
+        },
+        "canal": {
+            cn(es=253402300799999, id=2**63 - 1): None,
+            cn(es=-1): "es -1 does not fit the order key (0 to 9999999999999999)",
+            cn(es=9_999_999_999_999_999):  # failed the run (long overflow)
+                "es 9999999999999999 is not a commit time in years 1 to 9999 (read as "
+                "milliseconds since 1970)",
+            cn(id=-3): f"id -3 does not fit the order key (0 to {'9' * 20})",
+        },
+        "debezium": {
+            dbz(file="mysql-bin.9999999999", pos=2**63 - 1, row=9_999_999_999): None,
+            dbz(file="mysql-bin.10000000000"):
+                "source.file number 10000000000 does not fit the order key (0 to 9999999999)",
+            dbz(file="mysql-bin." + "2" * 25):
+                f"source.file number {'2' * 25} does not fit the order key (0 to 9999999999)",
+            dbz(pos=-100): f"source.pos -100 does not fit the order key (0 to {'9' * 20})",
+            dbz(row=-1): "source.row -1 does not fit the order key (0 to 9999999999)",
+            dbz(row=10**10): "source.row 10000000000 does not fit the order key (0 to 9999999999)",
+            dbz(file=None, pos=None, lsn=-9): f"source.lsn -9 does not fit the order key (0 to {'9' * 20})",
+            dbz(file=None, pos=None, lsn=5, txId=-2):
+                f"source.txId -2 does not fit the order key (0 to {'9' * 20})",
+            dbz(file=None, pos=None, lsn=5, txId=2): None,
+            dbz(ts_ms=2**63 - 1):
+                f"source.ts_ms (else ts_ms) {2**63 - 1} is not a commit time in years 1 to 9999 "
+                "(read as milliseconds since 1970)",
+            dbz(file="binlog"): "source.file does not end in a number (the number orders binlog "
+                                'files): "binlog"',
+        },
+    }
+    for fmt, expected in cases.items():
+        df = spark.createDataFrame([("f.json", text) for text in expected], "_file string, _line string")
+        parsed = parser_for(fmt)(df)  # every column computed (commit_ts as text: Python's
+        rows = parsed.select("_line", "_error", parsed["commit_ts"].cast("string").alias("ts"),
+                             "seq").collect()  # datetime stops at year 9999)
+        assert {r["_line"]: r["_error"] for r in rows} == expected, fmt
+        ok = sorted((r["seq"], r["_line"]) for r in rows if r["_error"] is None)
+        assert all(r["seq"] for r in rows if r["_error"] is None), ok

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from cdc_lake.cdc.events import FIRST_SECOND, LAST_SECOND
+
 DATE_RE = r"^\d{4}-\d{2}-\d{2}$"
 TIMESTAMP_RE = r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2})?$"
 INFERRED_DECIMAL = "decimal(38,10)"
@@ -164,14 +166,22 @@ def decode(v: Column, column: str, ct: ColumnType, spellings: tuple[str, ...] = 
         val = F.when(F.is_variant_null(raw), F.lit(None)).otherwise(
             F.coalesce(F.try_variant_get(v, p, "string"), F.to_json(raw)))
         return val.cast(ct.sql)
+    # Epoch numbers outside years 1 to 9999 decode to null (quarantined as not valid): Spark's
+    # conversion fails the whole run past its range (ANSI long overflow), and a year past 9999
+    # would be stored where no reader of the table can load it.
     if ct.decoder == "epoch_days":
-        return F.date_add(F.lit("1970-01-01").cast("date"), F.try_variant_get(v, p, "int")).cast(ct.sql)
+        days = F.try_variant_get(v, p, "int")
+        return F.when(_within(days, "d"),
+                      F.date_add(F.lit("1970-01-01").cast("date"), days)).cast(ct.sql)
     if ct.decoder == "epoch_ms":
-        return F.timestamp_millis(F.try_variant_get(v, p, "bigint")).cast(ct.sql)
+        ms = F.try_variant_get(v, p, "bigint")
+        return F.when(_within(ms, "ms"), F.timestamp_millis(ms)).cast(ct.sql)
     if ct.decoder == "epoch_us":
-        return F.timestamp_micros(F.try_variant_get(v, p, "bigint")).cast(ct.sql)
+        us = F.try_variant_get(v, p, "bigint")
+        return F.when(_within(us, "us"), F.timestamp_micros(us)).cast(ct.sql)
     if ct.decoder == "epoch_ns":  # truncated to µs, in integers (a double rounds 1e18 values)
-        return F.timestamp_micros(_floor_div(F.try_variant_get(v, p, "bigint"), 1000)).cast(ct.sql)
+        us = _floor_div(F.try_variant_get(v, p, "bigint"), 1000)
+        return F.when(_within(us, "us"), F.timestamp_micros(us)).cast(ct.sql)
     if ct.decoder in _TIME_UNITS:
         return _time_of_day(F.try_variant_get(v, p, "bigint"), _TIME_UNITS[ct.decoder])
     if ct.decoder == "b64_decimal":
@@ -181,6 +191,18 @@ def decode(v: Column, column: str, ct: ColumnType, spellings: tuple[str, ...] = 
         return F.when(is_number, F.try_variant_get(v, p, ct.sql)).otherwise(
             _b64_decimal(as_str, ct.scale, ct.sql))
     return F.try_variant_get(v, p, ct.sql)
+
+
+# Epoch numbers of years 1 to 9999, by unit (days, ms, µs since 1970).
+_EPOCH_RANGE = {"d": (FIRST_SECOND // 86_400, LAST_SECOND // 86_400),
+                "ms": (FIRST_SECOND * 1000, LAST_SECOND * 1000 + 999),
+                "us": (FIRST_SECOND * 1_000_000, LAST_SECOND * 1_000_000 + 999_999)}
+
+
+def _within(n: Column, unit: str) -> Column:
+    """Whether epoch number ``n`` (unit ``d``, ``ms`` or ``us``) falls in years 1 to 9999."""
+    first, last = _EPOCH_RANGE[unit]
+    return n.between(F.lit(first), F.lit(last))
 
 
 def _floor_div(n: Column, d: int) -> Column:

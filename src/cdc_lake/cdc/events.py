@@ -55,13 +55,64 @@ MAX_NESTING = 1000  # nesting depth of objects/arrays
 
 
 def pad(col: Column, width: int) -> Column:
-    """Left-pad a non-negative integer column so lexical order equals numeric order."""
-    return F.lpad(col.cast("decimal(38,0)").cast("string"), width, "0")
+    """Left-pad a non-negative integer column so lexical order equals numeric order.
+
+    Only values from 0 to ``10**width - 1`` order right (``lpad`` cuts longer text, and a
+    negative value sorts backwards as text): a parser puts the fields it pads into
+    :func:`order_range_error` and quarantines the rest. ``try_cast``: a value beyond
+    ``decimal(38,0)`` must become that error, not fail the whole run (ANSI overflow).
+    """
+    return F.lpad(col.try_cast("decimal(38,0)").cast("string"), width, "0")
+
+
+def order_range_error(*fields: tuple[str, Column, int]) -> Column:
+    """Null, or the error naming the first ordering value that its :func:`pad` slot cannot hold.
+
+    ``fields``: ``(label, column, width)`` as passed to :func:`pad` (integer or digit-string
+    columns). Example::
+
+        error = F.when(..., ...).when(order_range_error(("es", es, 16)).isNotNull(), ...)
+    """
+    out = None
+    for label, col, width in fields:
+        text = col.cast("string")
+        digits = F.regexp_replace(text, r"^0+(?=\d)", "")
+        bad = text.startswith("-") | (F.length(digits) > width)
+        msg = F.format_string(f"{label} %s does not fit the order key (0 to {'9' * width})", digits)
+        out = F.when(bad, msg) if out is None else out.when(bad, msg)
+    assert out is not None, "order_range_error needs at least one field"
+    return out
+
+
+# Times a table can hold: years 1 to 9999 (Spark's, Delta's and Python's common range), as
+# seconds since 1970 (0001-01-01T00:00:00 and 9999-12-31T23:59:59 UTC).
+FIRST_SECOND, LAST_SECOND = -62_135_596_800, 253_402_300_799
+_PER_SECOND = {"s": 1, "ms": 1000}
+
+
+def commit_time(value: Column, unit: str, label: str) -> tuple[Column, Column]:
+    """``(timestamp, error)`` of an epoch commit-time column in ``unit`` (``s`` or ``ms``).
+
+    Outside years 1 to 9999 the timestamp is null and the error names the value (Spark's
+    conversion fails the whole run past the microsecond range: ANSI ``long overflow``).
+    Example::
+
+        ts, ts_error = commit_time(vget(v, "$.es", "bigint"), "ms", "es")
+    """
+    per = _PER_SECOND[unit]
+    ok = value.between(F.lit(FIRST_SECOND * per), F.lit(LAST_SECOND * per + per - 1))
+    ts = F.when(ok, F.timestamp_millis(value) if unit == "ms" else F.timestamp_seconds(value))
+    error = F.when(value.isNotNull() & ~ok, F.format_string(
+        f"{label} %d is not a commit time in years 1 to 9999 (read as "
+        f"{'milliseconds' if unit == 'ms' else 'seconds'} since 1970)", value))
+    return ts, error
 
 
 def binlog_file_number(file_col: Column) -> Column:
-    """``mysql-bin.000123`` -> 123 (the numeric suffix orders binlog files)."""
-    return F.regexp_extract(file_col, r"(\d+)$", 1).cast("bigint")
+    """``mysql-bin.000123`` -> ``"000123"``: the numeric suffix that orders binlog files, as
+    digits (for :func:`pad` and :func:`order_range_error`; a cast to a number would fail the
+    run on 20 digits), or null when the name does not end in digits."""
+    return F.nullif(F.regexp_extract(file_col, r"(\d+)$", 1), F.lit(""))
 
 
 def vget(v: Column, path: str, type_: str = "variant") -> Column:

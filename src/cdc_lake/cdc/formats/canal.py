@@ -22,8 +22,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import (ORDER_COLUMN, ORDINAL, json_failure, line_position, pad,
-                                 parse_line, select_normalized, vget)
+from cdc_lake.cdc.events import (ORDER_COLUMN, ORDINAL, commit_time, json_failure,
+                                 line_position, order_range_error, pad, parse_line,
+                                 select_normalized, vget)
 
 _OPS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete", "INIT": "snapshot"}
 
@@ -44,6 +45,9 @@ def parse(lines: DataFrame) -> DataFrame:
     seq = F.concat_ws(".", F.lit("V"), pad(es, 16), pad(mid, 20), snapshot_rank,
                       F.when(is_ddl, F.lit("00000000")).otherwise(F.lit(ORDINAL)),
                       pad(F.coalesce("ridx", F.lit(0)), 8))
+    # a value its slot cannot hold would order wrongly (cut, or negative): an error instead
+    range_error = order_range_error(("es", es, 16), ("id", mid, 20))
+    commit_ts, es_error = commit_time(es, "ms", "es")
     kind = F.when(v.isNull(), "row").when(is_ddl, "ddl").otherwise("row")
     olds = vget(v, "$.old", "array<variant>")
     # try_: a message whose `old` holds fewer rows than `data` failed the whole run (ANSI
@@ -57,6 +61,9 @@ def parse(lines: DataFrame) -> DataFrame:
              .when(vget(v, "$.table", "string").isNull(), F.lit("missing table"))
              .when(es.isNull(), F.lit("missing es (binlog time)"))
              .when(F.col("r").isNull() | F.is_variant_null("r"), F.lit("missing data rows"))
+             # (ridx: Spark's arrays stop below 10**8 rows)
+             .when(es_error.isNotNull(), es_error)
+             .when(range_error.isNotNull(), range_error)
              .when(olds.isNotNull() & (F.size(olds) != rows_n),
                    F.format_string("old holds %d rows for the %d rows of data (old[i] pairs with "
                                    "data[i])", F.size(olds), rows_n)))
@@ -66,7 +73,7 @@ def parse(lines: DataFrame) -> DataFrame:
         vget(v, "$.database", "string").alias("db"),
         vget(v, "$.table", "string").alias("tbl"),
         op.alias("op"), seq.alias("seq"),
-        F.timestamp_millis(es).alias("commit_ts"),
+        commit_ts.alias("commit_ts"),
         F.col("r").alias("row"),
         old.alias("old"),
         vget(v, "$.pkNames", "array<string>").alias("pk_names"),

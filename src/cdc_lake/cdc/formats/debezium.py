@@ -19,8 +19,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import (binlog_file_number, json_failure, pad, parse_line,
-                                 select_normalized, vget)
+from cdc_lake.cdc.events import (binlog_file_number, commit_time, json_failure,
+                                 order_range_error, pad, parse_line, select_normalized, vget)
 
 _FIELDS = ("array<struct<field:string,type:string,name:string,parameters:map<string,string>,"
            "fields:array<struct<field:string,type:string,name:string,"
@@ -70,8 +70,15 @@ def parse(lines: DataFrame) -> DataFrame:
                       F.coalesce(tiebreak, F.lit("")))
     has_binlog = src_file.isNotNull() & pos.isNotNull()
     seq = F.when(has_binlog, mysql_seq).when(lsn.isNotNull(), pg_seq)
+    # a value its slot cannot hold would order wrongly (cut, or negative): an error instead
+    range_error = (F.when(has_binlog, order_range_error(
+                        ("source.file number", binlog_file_number(src_file), 10),
+                        ("source.pos", pos, 20), ("source.row", row_no, 10)))
+                   .when(lsn.isNotNull(), order_range_error(("source.lsn", lsn, 20),
+                                                            ("source.txId", tx, 20))))
     src_ts = vget(env, "$.source.ts_ms", "bigint")
     commit_ms = F.coalesce(F.when(src_ts > 0, src_ts), vget(env, "$.ts_ms", "bigint"), src_ts)
+    commit_ts, ts_error = commit_time(commit_ms, "ms", "source.ts_ms (else ts_ms)")
     # transaction metadata (provide.transaction.metadata): BEGIN/END records, not data
     tx_marker = (raw_op.isNull() & vget(env, "$.status", "string").isin("BEGIN", "END")
                  & vget(env, "$.id").isNotNull())
@@ -89,6 +96,11 @@ def parse(lines: DataFrame) -> DataFrame:
              .when(seq.isNull(),
                    F.lit("missing connector position: need source.file + source.pos (MySQL/"
                          "MariaDB) or source.lsn (PostgreSQL)"))
+             .when(has_binlog & binlog_file_number(src_file).isNull(),
+                   F.concat(F.lit("source.file does not end in a number (the number orders "
+                                  "binlog files): "), F.to_json(vget(env, "$.source.file"))))
+             .when(range_error.isNotNull(), range_error)
+             .when(ts_error.isNotNull(), ts_error)
              .when(F.coalesce(bad_schema, F.lit(False)),
                    F.concat(F.lit("the schema's after fields list a name twice or a field without "
                                   "a name: "), F.to_json(names)))
@@ -104,7 +116,7 @@ def parse(lines: DataFrame) -> DataFrame:
         F.coalesce(vget(env, "$.source.table", "string"), F.nullif(table_from_ddl, F.lit(""))).alias("tbl"),
         op.alias("op"),
         seq.alias("seq"),
-        F.timestamp_millis(commit_ms).alias("commit_ts"),
+        commit_ts.alias("commit_ts"),
         image.alias("row"),
         vget(env, "$.before").alias("old"),
         F.lit(None).cast("array<string>").alias("pk_names"),

@@ -22,8 +22,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.cdc.events import (ORDER_COLUMN, ORDINAL, binlog_file_number, json_failure,
-                                 line_position, pad, parse_line, select_normalized, vget)
+from cdc_lake.cdc.events import (ORDER_COLUMN, ORDINAL, binlog_file_number, commit_time,
+                                 json_failure, line_position, order_range_error, pad, parse_line,
+                                 select_normalized, vget)
 
 _OPS = {"insert": "insert", "update": "update", "delete": "delete", "bootstrap-insert": "snapshot"}
 _MARKERS = ("bootstrap-start", "bootstrap-complete")
@@ -82,7 +83,16 @@ def parse(lines: DataFrame) -> DataFrame:
                                               pad(pos_off, 20), slot))
            .when(ts.isNotNull(), F.concat_ws(".", F.lit("V.0"), pad(ts, 12),
                                              pad(F.coalesce(F.col("xid"), F.lit(0)), 20), slot)))
-    df = df.select("*", op.alias("op"), seq.alias("seq"), kind.alias("_kind"))
+    # a value its slot cannot hold would order wrongly (cut, or negative): an error instead
+    file_no = binlog_file_number(pos_file)
+    by_position = order_range_error(("binlog file number", file_no, 10), ("binlog offset", pos_off, 20),
+                                    ("xoffset", xoffset, 10))
+    by_ts = order_range_error(("ts", ts, 12), ("xid", F.col("xid"), 20), ("xoffset", xoffset, 10))
+    range_error = F.when(pos_off != "", by_position).when(ts.isNotNull(), by_ts)
+    commit_ts, ts_error = commit_time(ts, "s", "ts")
+    df = df.select("*", op.alias("op"), seq.alias("seq"), kind.alias("_kind"),
+                   file_no.isNull().alias("no_file_no"), range_error.alias("range_error"),
+                   commit_ts.alias("commit_ts"), ts_error.alias("ts_error"))
     data = F.col("data")
     error = (F.when(F.col("bad"), json_failure(F.col("_line")))
              .when(F.col("_kind") != "row", F.lit(None))
@@ -98,11 +108,16 @@ def parse(lines: DataFrame) -> DataFrame:
                             F.to_json(F.col("position_v"))))
              .when(_present("ts_v") & ts.isNull(),
                    F.concat(F.lit("ts is not a whole number of seconds: "), F.to_json(F.col("ts_v"))))
+             .when((pos_off != "") & F.col("no_file_no"),
+                   F.concat(F.lit("position's binlog file name does not end in a number (the "
+                                  "number orders binlog files): "), F.to_json(F.col("position_v"))))
              .when(F.col("seq").isNull(), F.lit("missing binlog order (position or ts)"))
+             .when(F.col("ts_error").isNotNull(), F.col("ts_error"))
+             .when(F.col("range_error").isNotNull(), F.col("range_error"))
              .when(data.isNull() | F.is_variant_null(data), F.lit("missing data")))
     return select_normalized(df.select(
         "_file", "_line", error.alias("_error"), "_kind", "db", "tbl", "op", "seq",
-        F.timestamp_seconds(ts).alias("commit_ts"), data.alias("row"), "old", "pk_names",
+        "commit_ts", data.alias("row"), "old", "pk_names",
         F.lit(None).cast("map<string,string>").alias("type_hints"),
         F.when(F.col("_kind") != "row", typ).alias("ddl_type"), "ddl_sql",
         # only rows waiting for an ordinal need their position (keeps the batch cache small)
