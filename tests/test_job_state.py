@@ -359,3 +359,18 @@ def test_remove_unfinished_writes_touches_only_temp_files_of_log_writes(tmp_path
     assert sorted(p.relative_to(tmp_path).as_posix() for p in removed) == sorted(gone)
     assert all((tmp_path / n).exists() for n in keep)
     assert remove_unfinished_writes(tmp_path / "missing") == []
+
+
+def test_a_deleted_table_is_noticed_with_the_tables_record_gone_too(spark, tmp_path):
+    """Tester: with ``cdc_tables.json`` removed as well, a deleted table was re-created with
+    only the new changes (exit 0, 60 of 109 rows); the versions record names it too."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i) for i in range(1, 4)))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    (cfg.checkpoint_path / "cdc_tables.json").unlink()
+    shutil.rmtree(cfg.tables["orders"].path)
+    land(cfg.landing_path, "b.json", event(4))
+    with pytest.raises(TableMissing) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    assert "'orders'" in str(e.value) and "--full-refresh --tables orders" in str(e.value), str(e.value)
+    assert not cfg.tables["orders"].path.exists()

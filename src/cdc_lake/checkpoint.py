@@ -14,6 +14,11 @@ An empty, truncated or otherwise unreadable file of ours raises :class:`StateFil
 :class:`~cdc_lake.checkpoint_log.PipelineStateError`: the CLI exits 3) naming the file, what it
 holds and the recovery, rather than a bare ``JSONDecodeError`` (exit 1, retried for nothing).
 
+* ``cdc_owner.json`` — the pipeline (name, kind, YAML file) the checkpoint belongs to
+  (:func:`claim_checkpoint`): a second pipeline configured with the same checkpoint stops before
+  it reads or writes anything, instead of mixing its offsets, table records and transaction
+  ids with the owner's (tester: the owner's later runs found "nothing new", rows lost, exit 0).
+
 Spark's own files (offsets, commits, sources, metadata) are read by :mod:`cdc_lake.checkpoint_log`.
 """
 
@@ -28,7 +33,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from cdc_lake.checkpoint_log import PipelineStateError
 
@@ -53,7 +58,10 @@ class CheckpointLock:
             fh.close()
             raise PipelineLocked(
                 f"checkpoint {self.path.parent} is locked by another run ({holder}); "
-                "this run stops without touching it. Wait for that run to finish.") from None
+                "this run stops without touching it. Wait for that run to finish. The lock is "
+                f"held by a live process (the OS drops it when the holder exits or dies): do not "
+                f"delete {self.path.name}, that does not stop the holder, it only lets a second "
+                "run write the same tables at the same time") from None
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
@@ -190,3 +198,57 @@ def last_committed_batch(checkpoint: Path) -> int | None:
     from cdc_lake.checkpoint_log import last_committed_batch as last
 
     return last(checkpoint)
+
+
+OWNER_FILE = "cdc_owner.json"
+
+
+class CheckpointOfAnotherPipeline(PipelineStateError):
+    """The checkpoint belongs to another pipeline (or this one under an earlier name)."""
+
+
+def claim_checkpoint(checkpoint: Path, pipeline: str, kind: str, config_file: Path | str,
+                     recorded_elsewhere: Callable[[], list[str]] | None = None) -> None:
+    """Stop (:class:`CheckpointOfAnotherPipeline`, exit 3) unless ``checkpoint`` is this
+    pipeline's; record the owner on first use. Call under the pipeline lock, before anything
+    reads the checkpoint.
+
+    A checkpoint from before owners were recorded is adopted, unless ``recorded_elsewhere()``
+    (tables of this pipeline's names that the checkpoint recorded at other paths; asked only
+    then) says it was another pipeline's. Example::
+
+        claim_checkpoint(cfg.checkpoint_path, cfg.name, "cdc", cfg.file)
+    """
+    f = checkpoint / OWNER_FILE
+    fix = (f"give pipeline {pipeline!r} its own checkpoint folder (`storage.checkpoint` in "
+           f"{config_file}; without it, the default under its storage root) and run again")
+    data = read_state_file(
+        f, "the pipeline this checkpoint belongs to",
+        f"write it back: `echo '{json.dumps({'pipeline': pipeline, 'kind': kind})}' > {f}` if the "
+        f"checkpoint is pipeline {pipeline!r}'s; else {fix}",
+        lambda d: isinstance(d.get("pipeline"), str) and isinstance(d.get("kind"), str))
+    if data is not None:
+        if (data["pipeline"], data["kind"]) == (pipeline, kind):
+            return
+        raise CheckpointOfAnotherPipeline(
+            f"checkpoint {checkpoint} belongs to the {data['kind']} pipeline {data['pipeline']!r}"
+            f"{' (' + str(data['config']) + ')' if data.get('config') else ''}, but the {kind} "
+            f"pipeline {pipeline!r} ({config_file}) is configured to use it. Pipelines never share "
+            "a checkpoint: its offsets say what the owner has read, and the owner's next runs "
+            "would skip what this one read. This run stopped before reading or writing anything. "
+            f"Recovery: {fix}. If {pipeline!r} is {data['pipeline']!r} renamed, name it back: "
+            "the checkpoint's Delta transaction ids carry the old name")
+    elsewhere = recorded_elsewhere() if recorded_elsewhere is not None else []
+    if elsewhere:
+        raise CheckpointOfAnotherPipeline(
+            f"checkpoint {checkpoint} has written tables at other paths than the {kind} pipeline "
+            f"{pipeline!r} ({config_file}) writes: {'; '.join(elsewhere[:5])}. It is "
+            "probably another pipeline's checkpoint; this run stopped before reading or writing "
+            f"anything. Recovery: {fix}. If you moved this pipeline's storage root, move its "
+            "tables too, or move the checkpoint aside and rebuild the tables with a full refresh")
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps({"pipeline": pipeline, "kind": kind, "config": str(config_file),
+                               "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}),
+                   encoding="utf-8")
+    os.replace(tmp, f)

@@ -32,6 +32,7 @@ from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state, record_ta
 from cdc_lake.cdc.backlog import (backlog, check_history_complete, check_landed_files_unchanged,
                                   check_landing_names, nothing_new)
 from cdc_lake.checkpoint_log import PipelineStateError
+from cdc_lake.checkpoint import claim_checkpoint, written_tables
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import FILE_SOURCE_MAX_AGE, ConfigError, class_archive, driver_jit
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
@@ -145,6 +146,8 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
              t0: float) -> tuple[Engine, RunStats, list[dict[str, Any]]]:
     """The run's work under the lock: fast no-op path, full refresh, or the incremental stream."""
     stats = RunStats()
+    claim_checkpoint(cfg.checkpoint_path, cfg.name, "cdc", cfg.file,
+                     recorded_elsewhere=lambda: _recorded_elsewhere(cfg))  # another's: exit 3
     if not full_refresh:  # a full refresh neither reads the main checkpoint nor needs the tables
         check_state(cfg)  # damaged checkpoint file / table deleted behind its back: stop, say how
         check_landed_files_unchanged(cfg)  # appended to after it was read: never read again
@@ -176,6 +179,19 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
                          stats=stats)
     return engine, stats, _run_stream(spark, cfg, writer, cfg.checkpoint_path,
                                       max_files_per_trigger)
+
+
+def _recorded_elsewhere(cfg: PipelineConfig) -> list[str]:
+    """Tables of this pipeline's names that its checkpoint recorded at other paths (for
+    :func:`~cdc_lake.checkpoint.claim_checkpoint`; an unreadable record: none, check_state
+    reports it)."""
+    try:
+        recorded = written_tables(cfg.checkpoint_path)["tables"]
+    except PipelineStateError:
+        return []
+    return [f"{name!r} at {old} (this pipeline: {cfg.tables[name].path})"
+            for name, old in sorted(recorded.items())
+            if name in cfg.tables and old != str(cfg.tables[name].path)]
 
 
 def _fast_path_engine(cfg: PipelineConfig, spark: SparkSession | None) -> Engine | None:

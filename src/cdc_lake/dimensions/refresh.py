@@ -43,6 +43,7 @@ from cdc_lake.dimensions.config import SCD1_META, SCD2_META, DimensionPipelineCo
 from cdc_lake.dimensions.diff import SnapshotInvalid, check_snapshot, scd1_changes, scd2_changes
 from cdc_lake.dimensions.types import conform, plan_types, quote
 from cdc_lake.engines import Engine, Txn, select_engine
+from cdc_lake.checkpoint import claim_checkpoint
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
 from cdc_lake.summary import record_summary
@@ -294,6 +295,7 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
     }
     with pipeline_lock(cfg) as lock:
         lock.acquire(run_id)
+        claim_checkpoint(cfg.checkpoint_path, cfg.name, "dimension", cfg.file)  # another's: exit 3
         state = read_state(cfg.checkpoint_path)
         check_table(engine, cfg, state)
         before = last_applied(engine, cfg)

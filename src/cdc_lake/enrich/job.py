@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_lake.checkpoint import instance_id
+from cdc_lake.checkpoint import claim_checkpoint, instance_id
 from cdc_lake.checkpoint_log import (PipelineStateError, remove_unfinished_writes,
                                       validate_checkpoint)
 from cdc_lake.engines import Engine, select_engine
@@ -121,6 +121,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
         stats = EnrichStats()
         source_ready: Callable[[], None] = lambda: None  # noqa: E731
         try:
+            claim_checkpoint(cfg.checkpoint_path, cfg.name, "enrich", cfg.file)  # another's: exit 3
             spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
             source_ready = prefetch_source(spark, cfg)  # overlaps the checks below
             engine = select_engine(spark, cfg.engine)
