@@ -4,6 +4,7 @@ message naming the table or file and the recovery command, and the recovery comm
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -374,3 +375,19 @@ def test_a_deleted_table_is_noticed_with_the_tables_record_gone_too(spark, tmp_p
         run_pipeline(cfg, spark=spark, run_id="r2")
     assert "'orders'" in str(e.value) and "--full-refresh --tables orders" in str(e.value), str(e.value)
     assert not cfg.tables["orders"].path.exists()
+
+
+def test_a_full_refresh_names_landing_files_changed_since_they_were_read(spark, tmp_path, capfd):
+    """A full refresh rebuilds from the files as they are: an appended line is included; a file
+    cut short would lose lines, and the file source records no sizes to tell the two apart, so
+    the run names the changed files (tester: a truncated file, then a full refresh, exit 0)."""
+    cfg = pipeline(tmp_path)
+    a = land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    with a.open("a", encoding="utf-8") as f:
+        f.write(event(3) + "\n")
+    capfd.readouterr()
+    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    err = capfd.readouterr().err
+    assert "WARNING: this full refresh reads 1 landing file(s) that changed" in err and str(a) in err, err
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}

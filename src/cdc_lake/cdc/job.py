@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -29,8 +30,8 @@ from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
 from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state, record_tables, record_versions
-from cdc_lake.cdc.backlog import (backlog, check_history_complete, check_landed_files_unchanged,
-                                  check_landing_names, nothing_new)
+from cdc_lake.cdc.backlog import (LandedFileChanged, backlog, check_history_complete,
+                                  check_landed_files_unchanged, check_landing_names, nothing_new)
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.checkpoint import claim_checkpoint, written_tables
 from cdc_lake.cdc.config import PipelineConfig
@@ -154,6 +155,7 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
     else:  # (the incremental path checks file names in check_landed_files_unchanged)
         check_landing_names(cfg)  # a ':' in a file name fails Hadoop's read of every file
         check_history_complete(cfg)  # archived/deleted landing files: the rebuild would lack them
+        _warn_changed_files(cfg)
     fast_engine = None if full_refresh else _fast_path_engine(cfg, spark)
     if fast_engine is not None and nothing_new(cfg):
         # Nothing the file source would pick up: no Spark session, no query, no commit.
@@ -179,6 +181,22 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
                          stats=stats)
     return engine, stats, _run_stream(spark, cfg, writer, cfg.checkpoint_path,
                                       max_files_per_trigger)
+
+
+def _warn_changed_files(cfg: PipelineConfig) -> None:
+    """A full refresh rebuilds from the landing files as they are now: right for a file appended
+    to after the stream read it, but a file cut short since has lost lines the tables held.
+    The file source records times only, not sizes, so the two look alike: say which files."""
+    try:
+        check_landed_files_unchanged(cfg)
+    except LandedFileChanged as e:
+        print(f"[cdc] WARNING: this full refresh reads {len(e.files)} landing file(s) that changed "
+              f"after the stream first read them ({', '.join(e.files[:5])}"
+              f"{' ...' if len(e.files) > 5 else ''}): lines added since are included; lines "
+              "removed since (a file cut short or replaced) are not in the rebuilt tables",
+              file=sys.stderr, flush=True)
+    except PipelineStateError:
+        pass  # the checkpoint's own problems are not this run's business (it does not read it)
 
 
 def _recorded_elsewhere(cfg: PipelineConfig) -> list[str]:
