@@ -16,6 +16,16 @@ it left the table at and the fingerprint of that version's commit file
   MERGE or overwrite by another writer does not (seen: a hand-made RESTORE and DELETE on a CDC
   table, then incremental runs on top, exit 0 with keys missing and deleted keys back).
 
+* every commit file a reader replays (after the table's last Delta checkpoint, else from
+  version 0, up to the current version) must hold an action. A Delta writer never writes an
+  empty commit file, and readers take one as a commit without actions: an older commit emptied
+  (``: > _delta_log/<v>.json``) loaded "fine" without that commit's adds and removes (tester:
+  248 rows, 89 keys twice, stale values, exit 0). Only zero-byte or blank files count: a commit
+  of only ``commitInfo`` (or ``txn``) is valid Delta. A later complete overwrite (a full
+  refresh: ``WRITE`` mode ``Overwrite`` without predicate, or ``REPLACE TABLE``; not one tagged
+  as keeping the same rows, which copied the damaged rows) replaced every row, so an empty
+  commit before it no longer matters and the recovery converges.
+
 Commit files removed by the table's log retention (older than ``delta.logRetentionDuration``)
 cannot be compared; the check skips what it cannot read rather than stopping on it.
 
@@ -41,6 +51,15 @@ from urllib.parse import unquote
 from cdc_lake.sources.delta_log import SAME_ROWS, fingerprint
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+# Classic (``<v>.checkpoint.parquet``), multi-part (``<v>.checkpoint.<i>.<n>.parquet``) and V2
+# (``<v>.checkpoint.<uuid>.json|parquet``) checkpoints.
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.[^/]+)?\.(?:parquet|json)$")
+# A commit file smaller than this is read to see whether it holds anything but blank space (a
+# written one is larger: every writer's commitInfo carries a timestamp and an operation).
+_TINY = 32
+# Operations that replace every row of the table (see _replaces_all_rows).
+_REPLACE_OPERATIONS = {"CREATE OR REPLACE TABLE", "REPLACE TABLE",
+                       "CREATE OR REPLACE TABLE AS SELECT", "REPLACE TABLE AS SELECT"}
 
 
 # delta-rs: ``Object at location <f> not found``; Spark: ``File <f> does not exist``,
@@ -117,6 +136,97 @@ def _foreign_change(data: bytes, app_prefix: str) -> str | None:
     return str(info.get("operation") or "an unnamed operation")
 
 
+def _last_checkpoint(log: Path) -> int:
+    """The version ``_delta_log/_last_checkpoint`` names (-1: none, or unreadable)."""
+    try:
+        v = json.loads((log / "_last_checkpoint").read_bytes()).get("version")
+        return v if isinstance(v, int) and v >= 0 else -1
+    except (OSError, ValueError, AttributeError):
+        return -1
+
+
+def _blank(f: Path) -> int | None:
+    """The size of commit file ``f`` when it holds no action (zero bytes, or only blank space),
+    else None (also when it cannot be read: gone by log retention, as elsewhere here)."""
+    try:
+        size = f.stat().st_size
+        if size == 0:
+            return 0
+        if size < _TINY and not f.read_bytes().strip():
+            return size
+    except OSError:
+        pass
+    return None
+
+
+def _replaces_all_rows(data: bytes) -> bool:
+    """Whether a commit replaced every row of the table with rows not read from it: a
+    ``WRITE`` in ``Overwrite`` mode without a predicate (delta-rs, delta-spark; a full refresh)
+    or a ``REPLACE TABLE``. Not a rewrite tagged as keeping the same rows (it copied the rows
+    the table had, lost commits and all) nor a partial (predicate, dynamic partition)
+    overwrite."""
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            info = json.loads(line).get("commitInfo")
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(info, dict):
+            continue
+        if (str(info.get(SAME_ROWS, "")).strip().lower() == "true"
+                or SAME_ROWS in str(info.get("userMetadata") or "")):
+            return False
+        op = str(info.get("operation") or "")
+        if op in _REPLACE_OPERATIONS:
+            return True
+        params = info.get("operationParameters")
+        if op != "WRITE" or not isinstance(params, dict):
+            return False
+        partial = any(str(params.get(k, "")).strip().lower() not in ("", "none", "null", "false")
+                      for k in ("predicate", "replaceWhere", "dynamicPartitionOverwrite",
+                                "isDynamicPartitionOverwrite"))
+        return str(params.get("mode", "")).lower() == "overwrite" and not partial
+    return False
+
+
+def _empty_commit(table: Path, current: int) -> str | None:
+    """Why a commit file a reader of ``table`` at version ``current`` replays holds no action
+    (the first such), else None. Cheap when intact: one stat per commit after the last
+    checkpoint (named by ``_last_checkpoint``), no listing; only when a blank file is found is
+    the log listed (a checkpoint at or after it: not replayed) and the commits after it read
+    (a complete overwrite after it: no longer matters)."""
+    log = Path(table) / "_delta_log"
+    start = _last_checkpoint(log)
+    start = start + 1 if start <= current else 0  # a hint above the table: not its checkpoint
+    blank = [(v, size) for v in range(start, current + 1)
+             if (size := _blank(_commit_file(table, v))) is not None]
+    if not blank:
+        return None
+    try:  # _last_checkpoint is a hint: readers also find a checkpoint by listing
+        cps = [int(m.group(1)) for n in os.listdir(log) if (m := _CHECKPOINT.match(n))]
+    except OSError:
+        cps = []
+    cp = max((c for c in cps if c <= current), default=-1)
+    blank = [(v, size) for v, size in blank if v > cp]
+    if blank:
+        for v in range(current, blank[0][0], -1):
+            try:
+                data = _commit_file(table, v).read_bytes()
+            except OSError:
+                continue
+            if _replaces_all_rows(data):
+                blank = [(b, size) for b, size in blank if b > v]
+                break
+    if not blank:
+        return None
+    v, size = blank[0]
+    more = (f" (and {len(blank) - 1} more: version{'s' if len(blank) > 2 else ''} "
+            f"{', '.join(str(b) for b, _ in blank[1:])})" if len(blank) > 1 else "")
+    return (f"its commit file {_commit_file(table, v)} (version {v}) is empty "
+            f"({size} bytes{'' if size == 0 else ', blank'}){more}: the table's log lost that "
+            "commit's actions, so the table would be read without them (a Delta writer never "
+            "writes an empty commit file: emptied by hand, a failed copy or disk trouble)")
+
+
 def changed_behind(table: Path, version: int, recorded: str | None, *, app_prefix: str,
                    current: int | None = None) -> str | None:
     """Why ``table`` is not as a run of the pipeline left it at ``version`` (whose commit had
@@ -137,6 +247,8 @@ def changed_behind(table: Path, version: int, recorded: str | None, *, app_prefi
     else:
         older_kept = version > 0 and _commit_file(table, version - 1).is_file()
         later = list(range(version + 1, current + 1))
+    if (why := _empty_commit(table, current if current is not None else versions[-1])):
+        return why
     if recorded is not None:
         now = commit_fingerprint(table, version)
         if now is None and older_kept:
