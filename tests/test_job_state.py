@@ -391,3 +391,27 @@ def test_a_full_refresh_names_landing_files_changed_since_they_were_read(spark, 
     err = capfd.readouterr().err
     assert "WARNING: this full refresh reads 1 landing file(s) that changed" in err and str(a) in err, err
     assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}
+
+
+def test_a_damaged_delta_checkpoint_gets_the_lossless_recovery_when_every_commit_is_there(spark, tmp_path):
+    """A corrupt checkpoint parquet (or a ``_last_checkpoint`` naming a missing one) while every
+    commit file is intact: the only advice was to move the whole table aside and rebuild it
+    (tester); moving the checkpoint files aside loses nothing, and the printed command does."""
+    from deltalake import DeltaTable
+
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i) for i in range(1, 4)))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    orders = cfg.tables["orders"].path
+    DeltaTable(str(orders)).create_checkpoint()
+    (cp,) = (orders / "_delta_log").glob("*.checkpoint.parquet")
+    cp.write_bytes(b"not parquet")
+    land(cfg.landing_path, "b.json", event(4))
+    with pytest.raises(TableDamaged) as e:
+        run_pipeline(cfg, spark=spark, run_id="r2")
+    msg = str(e.value)
+    m = re.search(r"move its Delta checkpoint files aside and run again \(`([^`]+)`\)", msg)
+    assert m and "--full-refresh --tables orders" in msg, msg
+    subprocess.run(m.group(1), shell=True, check=True)
+    run_pipeline(cfg, spark=spark, run_id="r3")
+    assert rows(orders) == {i: f"s{i}" for i in range(1, 5)}

@@ -272,3 +272,33 @@ def changed_behind(table: Path, version: int, recorded: str | None, *, app_prefi
                     "DELETE, UPDATE or overwrite by hand or by another job, or a full refresh "
                     "that did not finish")
     return None
+
+
+def checkpoint_bypass(table: Path) -> str | None:
+    """For a table whose log cannot be loaded: the shell command that moves its Delta
+    checkpoint files (and ``_last_checkpoint``) aside when every commit file from version 0 on
+    is still there and not empty, else None. Readers then replay the commits: the same table,
+    nothing lost (a checkpoint only summarizes them). Moving the whole table aside and rebuilding
+    it was the only advice before (tester: a ``_last_checkpoint`` naming a missing checkpoint,
+    a corrupt checkpoint parquet). Example::
+
+        checkpoint_bypass(Path("/lake/orders"))  # "mkdir '/lake/orders.delta-checkpoints...' && mv ..."
+    """
+    from datetime import datetime, timezone
+
+    from cdc_lake.paths import q
+
+    log = Path(table) / "_delta_log"
+    try:
+        names = os.listdir(log)
+    except OSError:
+        return None
+    aside = sorted(n for n in names if n == "_last_checkpoint" or _CHECKPOINT.match(n))
+    versions = sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
+    if not aside or not versions or versions != list(range(versions[-1] + 1)):
+        return None
+    if any(_blank(_commit_file(table, v)) is not None for v in versions):
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    dest = f"{table}.delta-checkpoints.damaged-{stamp}"
+    return (f"mkdir {q(dest)} && mv {' '.join(q(log / n) for n in aside)} {q(dest)}")

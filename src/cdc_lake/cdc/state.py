@@ -58,7 +58,8 @@ from cdc_lake.checkpoint_log import (PipelineStateError, last_offset_batch, remo
                                      validate_checkpoint)
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.paths import mv_aside, q
-from cdc_lake.table_marks import changed_behind, commit_fingerprint, missing_data_files
+from cdc_lake.table_marks import (changed_behind, checkpoint_bypass, commit_fingerprint,
+                                   missing_data_files)
 
 
 class TableStateError(PipelineStateError):
@@ -305,9 +306,13 @@ def _raise_damaged(cfg: PipelineConfig, damaged: list[tuple[str, Path, str]]) ->
     detail = f"pipeline {cfg.name!r}: " + "; ".join(
         f"the Delta log of {n!r} at {path} cannot be read ({why})" for n, path, why in damaged)
     aside = " && ".join(mv_aside(path) for _, path, _ in damaged)
+    bypass = [(path, cmd) for _, path, _ in damaged if (cmd := checkpoint_bypass(path))]
+    first = ("; ".join(f"every commit file of {path} is there: move its Delta checkpoint files "
+                       f"aside and run again (`{cmd}`), readers then replay the commits, nothing "
+                       "is lost" for path, cmd in bypass) + ". Otherwise " if bypass else "")
     raise TableDamaged(names, detail, (
-        f"restore the damaged file under _delta_log from a copy if you have one; else move the "
-        f"table aside (`{aside}`) and {refresh_command(cfg, names)}"))
+        f"{first}restore the damaged file under _delta_log from a copy if you have one; else "
+        f"move the table aside (`{aside}`) and {refresh_command(cfg, names)}"))
 
 
 def _check_side_tables(cfg: PipelineConfig, app: str | None,

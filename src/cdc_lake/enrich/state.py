@@ -200,7 +200,11 @@ def check_tables(cfg: EnrichConfig) -> None:
             continue
         why, version = _load(path)
         if why is not None:
-            problems.append(f"the {name} table at {path}: its Delta log cannot be read ({why})")
+            bypass = checkpoint_bypass(path)
+            problems.append(f"the {name} table at {path}: its Delta log cannot be read ({why})"
+                            + (f" (every commit file is there: first try moving its Delta "
+                               f"checkpoint files aside, `{bypass}`, and run again; readers then "
+                               "replay the commits, nothing is lost)" if bypass else ""))
         elif version is not None and version < last:
             problems.append(f"the {name} table at {path} is at Delta version {version}, but a "
                             f"batch of this checkpoint left it at version {last} (the newest "
