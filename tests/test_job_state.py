@@ -415,3 +415,34 @@ def test_a_damaged_delta_checkpoint_gets_the_lossless_recovery_when_every_commit
     subprocess.run(m.group(1), shell=True, check=True)
     run_pipeline(cfg, spark=spark, run_id="r3")
     assert rows(orders) == {i: f"s{i}" for i in range(1, 5)}
+
+
+def test_quarantine_rows_lost_with_removed_commits_stop_the_run_and_the_reset_restores_them(spark, tmp_path):
+    """Tester: the quarantine table's newest commit removed (its rows with it): exit 0, the
+    quarantine went from 2 rows to 0 for good. Now exit 3; the printed reset re-reads the
+    landing history and puts each lost line back once."""
+    from deltalake import DeltaTable
+
+    from cdc_lake.cdc.state import TableRolledBack
+
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), "not json 1")
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(2), "not json 2")
+    run_pipeline(cfg, spark=spark, run_id="r2")
+    qpath = cfg.quarantine_path
+    q = DeltaTable(str(qpath))
+    assert sorted(r["raw_line"] for r in q.to_pyarrow_table().to_pylist()) == ["not json 1", "not json 2"]
+    (qpath / "_delta_log" / f"{q.version():020d}.json").unlink()
+    land(cfg.landing_path, "c.json", event(3))
+    with pytest.raises(TableRolledBack) as e:
+        run_pipeline(cfg, spark=spark, run_id="r3")
+    msg = str(e.value)
+    assert "quarantine" in msg and str(qpath) in msg, msg
+    m = re.search(r"`(mv [^`]+) && ", msg)
+    assert m, msg
+    subprocess.run(m.group(1), shell=True, check=True)  # the checkpoint aside, as printed
+    run_pipeline(cfg, spark=spark, run_id="r4")
+    lines = sorted(r["raw_line"] for r in DeltaTable(str(qpath)).to_pyarrow_table().to_pylist())
+    assert lines == ["not json 1", "not json 2"], lines
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3"}

@@ -320,14 +320,32 @@ def _check_side_tables(cfg: PipelineConfig, app: str | None,
     """The quarantine and DDL log: every run appends to them, so an unreadable log fails all.
     Adds their last transaction version of ``app`` to ``txns``."""
     broken = []
+    marks = _recorded_versions(cfg.checkpoint_path, key="side_tables")
+    rolled_back = []
     for label, path in (("quarantine", cfg.quarantine_path), ("DDL log", cfg.ddl_log_path)):
         if not _exists(path):
             continue
-        why, _, txn = _load(path, app)
+        why, version, txn = _load(path, app)
         if why is not None:
             broken.append((label, path, why))
-        elif txn is not None:
+            continue
+        if txn is not None:
             txns[str(path)] = (f"{label} table", txn)
+        mark = marks.get(str(path))
+        # the same table (its first commit as recorded) at a lower version: commits removed.
+        # (a new table, e.g. after the move-aside below, has another first commit: accepted)
+        if (isinstance(mark, list) and len(mark) == 2 and version is not None and version < mark[0]
+                and commit_fingerprint(path, 0) == mark[1]):
+            rolled_back.append((label, path, version, mark[0]))
+    if rolled_back:
+        labels = [label for label, _, _, _ in rolled_back]
+        raise TableRolledBack(labels, f"pipeline {cfg.name!r}: " + "; ".join(
+            f"the {label} table at {path} is at version {now}, but a run of this checkpoint left "
+            f"it at version {last}: the newest commit files of its _delta_log were removed, and "
+            "with them rows it held" for label, path, now, last in rolled_back), (
+            f"put the missing _delta_log commit files back if you have them; else "
+            f"{reset_command(cfg)}; lines already in the table are not added twice (keyed by "
+            "file and line)"))
     if not broken:
         return
     detail = f"pipeline {cfg.name!r}: " + "; ".join(
@@ -372,6 +390,8 @@ def _recorded_versions(checkpoint: Path, strict: bool = False, key: str = "versi
         return {}
     if key == "fingerprints":
         return {p: v for p, v in entries.items() if isinstance(v, str)}
+    if key == "side_tables":
+        return dict(entries)
     return {p: v for p, v in entries.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
@@ -411,11 +431,23 @@ def record_versions(cfg: PipelineConfig, rebuilt: frozenset[str] | set[str] = fr
                 fingerprints.pop(str(path), None)
                 if (fp := commit_fingerprint(path, version)) is not None:
                     fingerprints[str(path)] = fp
-    if not versions:
+    # quarantine / DDL log (maybe shared with other pipelines: only a lower version counts,
+    # on the same table: (version, fingerprint of its first commit))
+    side = dict(_recorded_versions(cfg.checkpoint_path, key="side_tables"))
+    for path in (cfg.quarantine_path, cfg.ddl_log_path):
+        if _exists(path):
+            problem, version, _ = _load(path)
+            first = commit_fingerprint(path, 0)
+            mark = side.get(str(path))
+            if problem is None and version is not None and not (
+                    isinstance(mark, list) and len(mark) == 2 and mark[1] == first
+                    and version < mark[0]):
+                side[str(path)] = [version, first]
+    if not versions and not side:
         return
     cfg.checkpoint_path.mkdir(parents=True, exist_ok=True)
     f = cfg.checkpoint_path / VERSIONS_FILE
     tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps({"versions": versions, "fingerprints": fingerprints}, indent=1,
-                              sort_keys=True), encoding="utf-8")
+    tmp.write_text(json.dumps({"versions": versions, "fingerprints": fingerprints,
+                               "side_tables": side}, indent=1, sort_keys=True), encoding="utf-8")
     os.replace(tmp, f)
