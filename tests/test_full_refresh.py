@@ -94,3 +94,33 @@ def test_full_refresh_of_table_without_events_empties_it_and_keeps_other_staging
     assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
     assert (other / "keep.txt").is_file(), "another pipeline's staging was deleted"
     assert not (cfg.lake_root / "_staging" / cfg.name).exists()
+
+
+def test_full_refresh_keeps_the_types_the_incremental_runs_gave_and_quarantines_alike(spark, tmp_path):
+    """Tester (2026-11-28): a value the incremental run quarantined (``"qty": "three"`` in a
+    bigint column) was let back in by the full refresh the exit-3 messages recommend: the
+    rebuild typed the whole history as one first batch, so ``qty`` became a string column
+    holding "three" (exit 0, 0 quarantined; an enrichment summing ``qty`` then failed). The
+    rebuild starts from the live table's types: the same rows and types as the incremental runs.
+    A column widened on the way (bigint -> decimal) keeps its wider type."""
+    from job_helpers import event, land, pipeline
+
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", *(event(i, qty=i, price=i) for i in range(1, 4)))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(4, qty="three", price=4), event(5, qty=5, price=5.25))
+    s = run_pipeline(cfg, spark=spark, run_id="r2")
+    assert s["quarantined"] == 1, s
+    orders = str(cfg.tables["orders"].path)
+
+    def state():  # type: ignore[no-untyped-def]
+        dt = DeltaTable(orders)
+        types = {f.name: str(f.type) for f in dt.schema().fields if f.name in ("qty", "price")}
+        rows = sorted((r["id"], r["qty"], r["price"]) for r in dt.to_pyarrow_table().to_pylist())
+        return types, rows
+
+    incremental = state()
+    assert "long" in incremental[0]["qty"] and "decimal" in incremental[0]["price"], incremental
+    assert [r[0] for r in incremental[1]] == [1, 2, 3, 5], incremental
+    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    assert state() == incremental, (state(), incremental)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -71,6 +71,11 @@ class Targets:
     tables: dict[str, Path]
     tombstones: dict[str, Path]
     write_side_tables: bool  # quarantine + DDL log (not during a full refresh: already recorded)
+    # A full refresh: the live tables whose column types a staging table starts from, so the
+    # rebuild types (and quarantines) values as the incremental runs did. From empty staging
+    # tables it typed the whole history as one first batch: a bigint column with one "three"
+    # quarantined became a string column holding "three" (tester, 2026-11-28)
+    type_seeds: dict[str, Path] = field(default_factory=dict)
 
 
 class Phases:
@@ -123,6 +128,19 @@ class BatchWriter:
         if keys and plan.scd == 1 and tomb and self.engine.exists(tomb):
             self.engine.widen(tomb, keys)
         return self.engine.schema(path)
+
+    def _type_seed(self, name: str) -> StructType | None:
+        """The schema a table not written yet starts its column types from (a full refresh:
+        the live table's), else None."""
+        seed = self.targets.type_seeds.get(name)
+        if seed is None:
+            return None
+        try:
+            return self.engine.schema(str(seed))
+        except Exception as e:  # noqa: BLE001 - a damaged live table: the rebuild infers anew
+            print(f"[cdc] {name}: the live table's types could not be read ({type(e).__name__}); "
+                  "the full refresh types its columns from the landing history", flush=True)
+            return None
 
     # -- writes --------------------------------------------------------------------------------
     def _table_frames(self, plan: ch.TablePlan, changes: DataFrame, txn: Txn,
@@ -240,13 +258,16 @@ class BatchWriter:
                                          "ignore_tables)")).alias("reason"),
                           F.col("tbl").alias("source_table")))
         existing = {n: self.engine.schema(str(self.targets.tables[n])) for n in present}
-        observed = observe(ev, seen, self.cfg, existing)
+        basis = {n: existing[n] if existing[n] is not None else self._type_seed(n) for n in present}
+        observed = observe(ev, seen, self.cfg, basis)
         phases.mark("discover")
         work: list[tuple[ch.TablePlan, DataFrame, StructType | None]] = []
         self._tombs_from_table: set[str] = set()
         for name in present:
             rows = ev.where((F.col("_target") == name) & (F.col("_kind") == "row") & F.col("_error").isNull())
-            plan = plan_table(self.cfg, name, observed[name], seen.pks.get(name, []), existing[name])
+            plan = plan_table(self.cfg, name, observed[name], seen.pks.get(name, []), basis[name])
+            if not isinstance(plan, str) and plan.widen and existing[name] is None:
+                plan = replace(plan, widen={})  # (seeded: the new table gets the wider types)
             if isinstance(plan, str):
                 rejected_parts.append(rows.select("_file", "_line", F.lit(plan).alias("reason"),
                                                   F.col("tbl").alias("source_table")))

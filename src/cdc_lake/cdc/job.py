@@ -254,7 +254,8 @@ def _full_refresh(spark: SparkSession, cfg: PipelineConfig, engine: Engine, run_
     checkpoint = work / "_checkpoint"
     targets = Targets(tables={n: work / "tables" / n for n in selected},
                       tombstones={n: work / "tombstones" / n for n in selected},
-                      write_side_tables=False)
+                      write_side_tables=False,
+                      type_seeds={n: cfg.tables[n].path for n in selected})
     writer = BatchWriter(cfg, engine, app_id=f"cdc-{cfg.name}-refresh-{uuid.uuid4().hex[:12]}",
                          run_id=run_id, selected=selected, targets=targets, stats=stats)
     progress = _run_stream(spark, cfg, writer, checkpoint, max_files)
