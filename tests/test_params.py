@@ -7,6 +7,7 @@ and showing the value, and never reach spark-submit.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import airflow_env  # noqa: F401  (configures Airflow before it is imported)
 from airflow_env import airflow_db  # noqa: F401  (fixture)
@@ -266,3 +267,47 @@ def test_rest_trigger_with_unknown_conf_key_is_http_400_naming_the_valid_keys(tm
     assert runs() == 1
     r = client.post(url, json={"logical_date": None, "conf": {"max_files_per_trigger": "x"}})
     assert r.status_code == 400 and "max_files_per_trigger" in r.json()["detail"]  # schema, as before
+
+
+def test_full_refresh_and_reprocess_are_refused_in_backfill_runs(tmp_path, monkeypatch):
+    """Tester (2026-11-28): a backfill with ``dag_run_conf: {"full_refresh": true}`` rebuilt
+    every table once per date, and made the enrichment stop for a reprocess each time. Both
+    rebuild parameters now fail the backfill's task before spark-submit, naming the fix; a
+    manual run with them goes on."""
+    from types import SimpleNamespace
+
+    from airflow.utils.types import DagRunType
+
+    from cdc_lake.airflow.enrich_operator import EnrichSparkSubmitOperator
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.airflow.params import run_type_of
+    from cdc_lake.config import load_pipeline
+
+    marker = tmp_path / "spark-submit-ran"
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    cfg_file = tmp_path / "p.yaml"
+    cfg_file.write_text("pipeline: p\nsource: {format: maxwell, path: landing}\nstorage: {root: lake}\n"
+                        "tables: {orders: {keys: [id]}}\n")
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(cfg_file))
+    backfill = SimpleNamespace(run_type=DagRunType.BACKFILL_JOB, conf={"full_refresh": True})
+    assert run_type_of(backfill) == "backfill"
+    with pytest.raises(InvalidRunParam, match="refused in a backfill run.*manual run with full_refresh=true"):
+        op.execute({"params": {"full_refresh": True}, "run_id": "backfill__2026-11-21T00:00:00+00:00",
+                    "dag_run": backfill})
+    assert not marker.exists()
+    manual = SimpleNamespace(run_type=DagRunType.MANUAL, conf={"full_refresh": True})
+    assert validate_run_params({"full_refresh": True}, table_names=["orders"],
+                               run_type=run_type_of(manual)).full_refresh
+    # the enrichment's reprocess likewise
+    repo = Path(__file__).resolve().parents[1]
+    eop = EnrichSparkSubmitOperator(task_id="enrich",
+                                    pipeline=load_pipeline(repo / "pipelines" / "shop_order_lines.yaml"))
+    with pytest.raises(InvalidRunParam, match="reprocess.*refused in a backfill run"):
+        eop._extra_args({"params": {"reprocess": True},
+                         "dag_run": SimpleNamespace(run_type=DagRunType.BACKFILL_JOB, conf={"reprocess": True})})
+    assert eop._extra_args({"params": {"reprocess": True},
+                            "dag_run": SimpleNamespace(run_type=DagRunType.MANUAL, conf={})}) == ["--reprocess"]

@@ -43,7 +43,7 @@ from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.operator import (CdcSparkSubmitOperator, TableEvent, _build_conf, _build_delta_jars,
                                       _count, _json_scalars, _lock_lines, delta_version, held_by_maintenance,
                                       pipeline_alias, table_asset)
-from cdc_lake.airflow.params import RunParams, unknown_conf_message
+from cdc_lake.airflow.params import RunParams, refuse_in_backfill, run_type_of, unknown_conf_message
 from cdc_lake.config import DRIVER_JAVA_OPTIONS
 
 if TYPE_CHECKING:
@@ -164,6 +164,9 @@ class EnrichSparkSubmitOperator(_KindOperator):
         reprocess = (context.get("params") or {}).get("reprocess", False)
         if not isinstance(reprocess, bool):
             raise AirflowFailException(f"Run param 'reprocess' must be true or false, got {reprocess!r}")
+        if reprocess:
+            refuse_in_backfill("reprocess", run_type_of(context.get("dag_run")),
+                               "reset and rebuild the outputs")
         return ["--reprocess"] if reprocess else []
 
     def _outputs(self) -> dict[str, Path]:

@@ -50,7 +50,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from cdc_lake.airflow import REPO_ROOT
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook, lock_dsn_env
-from cdc_lake.airflow.params import RunParams, validate_run_params
+from cdc_lake.airflow.params import RunParams, run_type_of, validate_run_params
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.cdc.backlog import backlog
 from cdc_lake.config import DRIVER_JAVA_OPTIONS, FULL_JIT_FROM_MB, LAUNCH_CONF, driver_jit, launch_conf
@@ -178,7 +178,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         """Validate params, spark-submit, map the exit code, return the run summary."""
         dag_run = context.get("dag_run")
         self._run_params = validate_run_params(context["params"], table_names=list(self.pipeline.tables),
-                                               conf=getattr(dag_run, "conf", None))
+                                               conf=getattr(dag_run, "conf", None),
+                                               run_type=run_type_of(dag_run))
         run_id = context["run_id"]
         if run_id.startswith("-"):  # would read as an option of the job's CLI
             raise AirflowFailException(f"Run id {run_id!r} starts with '-'; use a run id that does not")

@@ -101,7 +101,9 @@ def build_params(table_names: Sequence[str]) -> dict[str, Param]:
             False,
             type="boolean",
             title="Full refresh",
-            description="Rebuild the selected tables (default all) from every landing file.",
+            description="Rebuild the selected tables (default all) from every landing file. "
+                        "Not in backfills. An enrichment reading a rebuilt table then stops until "
+                        "it is run with reprocess.",
         ),
     }
 
@@ -124,8 +126,25 @@ def unknown_conf_message(conf: Mapping[str, Any], allowed: Sequence[str] | set[s
             f"Valid keys: {', '.join(sorted(allowed))}")
 
 
+def run_type_of(dag_run: Any) -> str | None:
+    """``"backfill"``, ``"manual"``, ``"scheduled"``, ... of a task context's ``dag_run``."""
+    rt = getattr(dag_run, "run_type", None)
+    return None if rt is None else str(getattr(rt, "value", rt))
+
+
+def refuse_in_backfill(name: str, run_type: str | None, what: str) -> None:
+    """:class:`InvalidRunParam` when a rebuild parameter comes with a backfill run: each date
+    of the backfill would rebuild again (tester, 2026-11-28: every date rebuilt every table and
+    made the enrichment stop for a reprocess each time)."""
+    if run_type == "backfill":
+        raise InvalidRunParam(name, True, f"is refused in a backfill run: every date of the "
+                                          f"backfill would {what} again; trigger one manual run "
+                                          f"with {name}=true instead")
+
+
 def validate_run_params(raw: Mapping[str, Any], *, table_names: Sequence[str],
-                        conf: Mapping[str, Any] | None = None) -> RunParams:
+                        conf: Mapping[str, Any] | None = None,
+                        run_type: str | None = None) -> RunParams:
     """Check resolved run parameters again, in Python, and return them typed.
 
     Args:
@@ -134,6 +153,8 @@ def validate_run_params(raw: Mapping[str, Any], *, table_names: Sequence[str],
         conf: the run's own ``conf`` (``context["dag_run"].conf``), checked for unknown keys
             too: with ``[core] dag_run_conf_overrides_params = False`` Airflow does not merge it
             into ``params``, and a typo must never run with the defaults.
+        run_type: the run's type (:func:`run_type_of`): ``full_refresh`` is refused in a
+            backfill.
 
     Raises:
         InvalidRunParam: an unknown key, a wrong type, an out-of-range number or a table that is
@@ -150,6 +171,9 @@ def validate_run_params(raw: Mapping[str, Any], *, table_names: Sequence[str],
         max_files_per_trigger=_validate_max_files(raw.get("max_files_per_trigger")),
         full_refresh=_validate_full_refresh(raw.get("full_refresh", False)),
     )
+    if run.full_refresh:
+        refuse_in_backfill("full_refresh", run_type, "rebuild the tables (and an enrichment "
+                                                     "reading them would need a reprocess)")
     if run.tables and not run.full_refresh and set(run.tables) != set(table_names):
         raise InvalidRunParam("tables", list(run.tables),
                               "selects a subset of tables, which only applies with full_refresh=true "
