@@ -66,7 +66,10 @@ setup_env() {
   export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="$LOGIN:admin"
   export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE="$HOME_DIR/passwords.json"
   export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=False
-  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$HOME_DIR/airflow.db"
+  # SQLite is one writer at a time: with a backfill created while tasks finish, Airflow can hit
+  # "database is locked" and fail a task whose job had committed (tester). For such use set
+  # CDC_AIRFLOW_SQL_CONN=postgresql+psycopg2://postgres@127.0.0.1:5432/<db> (database created first).
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${CDC_AIRFLOW_SQL_CONN:-sqlite:///$HOME_DIR/airflow.db}"
   export AIRFLOW__API__HOST=127.0.0.1
   export AIRFLOW__API__PORT="$PORT"
   export AIRFLOW__API__WORKERS=1

@@ -381,7 +381,8 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
                 events[alias].add(asset, extra=event.extra)
                 recorded.append(asset.uri)
         if has_alias:
-            self.log.info("Asset events (tables this run changed): %s",
+            self.log.info("Asset events handed to Airflow (tables this run changed; recorded "
+                          "when the task's success is): %s",
                           ", ".join(recorded) if recorded else "none: the run changed no table")
 
 
