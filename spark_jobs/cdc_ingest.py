@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineLocked as e:
         print(f"[cdc] PIPELINE LOCKED: {e}", file=sys.stderr, flush=True)
         return EXIT_LOCKED
-    except Exception:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
+    except Exception as e:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
         if cfg is not None:
@@ -85,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             if state is not None:  # an operator has to act: say so last, exit 3 (no retry)
                 print(f"[cdc] NEEDS RECOVERY: {state}", file=sys.stderr, flush=True)
                 return EXIT_STATE
-        from cdc_lake.spark_session import stopped_context_hint
+        from cdc_lake.spark_session import failure_line, stopped_context_hint
 
         hint = stopped_context_hint(text)
         if hint is not None:
             print(f"[cdc] {hint}", file=sys.stderr, flush=True)
-        print("[cdc] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
+        print(f"[cdc] RUN FAILED: {failure_line(e)} (traceback above)", file=sys.stderr, flush=True)
         return EXIT_FAILED
     print_summary(summary, human=_human(summary))
     return 0

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineStateError as e:  # its state file or the table's commits: an operator acts
         print(f"[dimension] NEEDS RECOVERY: {e}", file=sys.stderr, flush=True)
         return EXIT_INVALID
-    except Exception:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
+    except Exception as e:  # noqa: BLE001 - print the Spark error for the Airflow log, then fail
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
         if getattr(cfg, "kind", None) == "dimension":
@@ -95,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             if why is not None:  # an operator has to act: say so last, exit 3 (no retry)
                 print(f"[dimension] NEEDS RECOVERY: {why}", file=sys.stderr, flush=True)
                 return EXIT_INVALID
-        from cdc_lake.spark_session import stopped_context_hint
+        from cdc_lake.spark_session import failure_line, stopped_context_hint
 
         hint = stopped_context_hint(text)
         if hint is not None:
             print(f"[dimension] {hint}", file=sys.stderr, flush=True)
-        print("[dimension] RUN FAILED (see the error above)", file=sys.stderr, flush=True)
+        print(f"[dimension] RUN FAILED: {failure_line(e)} (traceback above)", file=sys.stderr, flush=True)
         return EXIT_FAILED
     print_summary(summary, human=_human(summary))
     return 0

@@ -109,3 +109,16 @@ def test_package_zip_command_prints_a_reusable_zip(tmp_path):
                             "import cdc_lake.packaging as m; print(m.__file__)", first],
                            capture_output=True, text=True, check=True).stdout
     assert probe.startswith(first), probe
+
+
+def test_a_failed_run_ends_with_the_cause_not_only_a_pointer_up(spark):
+    """Tester: a run failing in Spark ended with ``RUN FAILED (see the error above)``; the cause
+    (an error class and the value) was far up, above the JVM frames. The jobs' last line now
+    carries the exception's first line."""
+    from cdc_lake.spark_session import failure_line
+
+    with pytest.raises(Exception) as e:
+        spark.sql("SELECT CAST('abc' AS INT)").collect()
+    line = failure_line(e.value)
+    assert "CAST_INVALID_INPUT" in line and "'abc'" in line and "\n" not in line, line
+    assert failure_line(ValueError("")) == "ValueError"

@@ -105,6 +105,14 @@ def driver_java_options(spark: SparkSession) -> str | None:
 STOPPED_CONTEXT = "Cannot call methods on a stopped SparkContext"
 
 
+def failure_line(e: BaseException, limit: int = 600) -> str:
+    """``Type: first line of the message`` of a failed run's exception, for the job's last
+    line: the cause of a Spark failure (``INVALID_CONF_VALUE ... 'abc'``) used to sit only far up
+    in the log, above the JVM's frames and shutdown lines (tester, 2026-11-28)."""
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {first[:limit]}" if first else type(e).__name__
+
+
 def stopped_context_hint(error_text: str) -> str | None:
     """What to say when a job failed because Spark stopped its own context under it, or None.
 
