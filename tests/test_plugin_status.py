@@ -297,3 +297,18 @@ def test_plugin_module_is_cheap_and_spark_free():
             "v = p.CdcLakePlugin.external_views[0]; assert v['href'] == '/cdc/'; "
             "assert p.CdcLakePlugin.fastapi_apps[0]['url_prefix'] == '/cdc'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+def test_html_reports_an_enrichment_runs_facts_and_its_reprocess_snapshot(layout):
+    """Tester: after a --reprocess that rebuilt 210 facts the view said "0 batch(es) · 0 events
+    read" (the summary counts facts, and the snapshot batch apart)."""
+    from cdc_lake.airflow.kind_status import _enrich_last_run
+
+    data = status.collect_status(layout)
+    data["pipelines"][0]["last_run"] = _enrich_last_run({
+        "run_id": "r", "status": "succeeded", "batches": 0, "batch_ids": [], "facts_read": 0,
+        "quarantined": 0, "reprocess": True,
+        "reprocess_snapshot": {"facts_read": 210, "enriched_upserted": 155, "parked": 55}})
+    page = render_html(data)
+    assert "0 facts read" in page, page
+    assert "data-testid='reprocess-shop_maxwell'>210 facts read, 155 enriched, 55 parked</span>" in page

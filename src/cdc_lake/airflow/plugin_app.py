@@ -109,11 +109,19 @@ def render_html(data: dict[str, Any]) -> str:
             out.append("<p class='meta muted'>Last run: none yet</p>")
         else:
             st = str(run.get("status") or "unknown")
+            # an enrichment run reads facts; its --reprocess snapshot batch is reported apart
+            # (tester: a reprocess that rebuilt 210 facts showed "0 events read")
+            read, what = run.get("events_read"), str(run.get("read_label") or "events read")
+            snap = run.get("reprocess_snapshot")
+            snap_text = (f" &middot; reprocess snapshot: <span data-testid='reprocess-{_e(name)}'>"
+                         f"{_num(snap.get('facts_read'))} facts read, {_num(snap.get('enriched_upserted'))}"
+                         f" enriched, {_num(snap.get('parked'))} parked</span>"
+                         if isinstance(snap, dict) else "")
             out.append(
                 f"<p class='meta'>Last run <code>{_e(run.get('run_id'))}</code>: "
                 f"<span class='status-{_e(st)}' data-testid='run-status-{_e(name)}'>{_e(st)}</span>"
                 f" &middot; finished {_e(run.get('finished_at'))} &middot; {_num(run.get('batches'))} "
-                f"batch(es) &middot; {_num(run.get('events_read'))} events read &middot; quarantined "
+                f"batch(es) &middot; {_num(read)} {what}{snap_text} &middot; quarantined "
                 f"<b data-testid='quarantined-{_e(name)}'>{_num(run.get('quarantined'))}</b></p>")
         q = p.get("quarantine") or {}
         if q.get("exists"):
