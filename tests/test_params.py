@@ -183,8 +183,9 @@ def test_table_subset_needs_full_refresh():
 # --------------------------------------------------------------------------- in the operator
 
 
-def test_operator_refuses_hostile_params_before_spark_submit(tmp_path, monkeypatch):
-    """Python-level validation runs first in execute(): spark-submit is never started."""
+def _operator_with_marker_spark_submit(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A CDC operator on a tiny pipeline, with a ``spark-submit`` on PATH that only leaves a
+    marker file: the tests check that validation stops a run before it would start."""
     from cdc_lake.airflow.operator import CdcSparkSubmitOperator
     from cdc_lake.config import load_pipeline
 
@@ -198,6 +199,12 @@ def test_operator_refuses_hostile_params_before_spark_submit(tmp_path, monkeypat
     cfg_file.write_text("pipeline: p\nsource: {format: maxwell, path: landing}\nstorage: {root: lake}\n"
                         "tables: {orders: {keys: [id]}}\n")
     op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(cfg_file))
+    return op, marker
+
+
+def test_operator_refuses_hostile_params_before_spark_submit(tmp_path, monkeypatch):
+    """Python-level validation runs first in execute(): spark-submit is never started."""
+    op, marker = _operator_with_marker_spark_submit(tmp_path, monkeypatch)
     for params in ({"tables": ["orders; rm -rf /"]}, {"max_files_per_trigger": "10"},
                    {"full_refresh": "yes"}, {"tables": ["../../etc"]}):
         with pytest.raises(InvalidRunParam):
@@ -279,20 +286,10 @@ def test_full_refresh_and_reprocess_are_refused_in_backfill_runs(tmp_path, monke
     from airflow.utils.types import DagRunType
 
     from cdc_lake.airflow.enrich_operator import EnrichSparkSubmitOperator
-    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
     from cdc_lake.airflow.params import run_type_of
     from cdc_lake.config import load_pipeline
 
-    marker = tmp_path / "spark-submit-ran"
-    fake = tmp_path / "bin" / "spark-submit"
-    fake.parent.mkdir()
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    cfg_file = tmp_path / "p.yaml"
-    cfg_file.write_text("pipeline: p\nsource: {format: maxwell, path: landing}\nstorage: {root: lake}\n"
-                        "tables: {orders: {keys: [id]}}\n")
-    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=load_pipeline(cfg_file))
+    op, marker = _operator_with_marker_spark_submit(tmp_path, monkeypatch)
     backfill = SimpleNamespace(run_type=DagRunType.BACKFILL_JOB, conf={"full_refresh": True})
     assert run_type_of(backfill) == "backfill"
     with pytest.raises(InvalidRunParam, match="refused in a backfill run.*manual run with full_refresh=true"):
