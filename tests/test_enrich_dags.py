@@ -193,10 +193,12 @@ else:
     outputs = getattr(cfg, "output_tables", None)
     if outputs is not None:  # enrich: commit to the tables in $FAKE_COMMIT; "tables" = versions after
         from pathlib import Path
-        for name in json.loads(os.environ.get("FAKE_COMMIT", "[]")):
+        for entry in json.loads(os.environ.get("FAKE_COMMIT", "[]")):  # "name" or "name+rows"
+            name, _, rows = entry.partition("+")
             log = Path(outputs[name]) / "_delta_log"
             log.mkdir(parents=True, exist_ok=True)
-            (log / f"{{len(list(log.glob('*.json'))):020d}}.json").write_text("{{}}")
+            action = {{"add": {{"path": "part-0.parquet", "dataChange": True}}}} if rows else {{"commitInfo": {{}}}}
+            (log / f"{{len(list(log.glob('*.json'))):020d}}.json").write_text(json.dumps(action) + chr(10))
         versions = {{n: len(list((Path(p) / "_delta_log").glob("*.json"))) - 1 for n, p in outputs.items()}}
         s["tables"] = {{n: (v if v >= 0 else None) for n, v in versions.items()}}
     s.update(json.loads(os.environ.get("FAKE_SUMMARY", "{{}}")))  # a test's own counts
@@ -418,14 +420,20 @@ def _existing_tables(folder: Path, versions: int = 3) -> None:
     (["quarantine", "manifest"], {"quarantined": 2}, {}, {"quarantine"}),  # only bad facts
     ([], {"reprocess": True}, {"reprocess": True}, set(ENRICH_OUTPUTS)),   # rebuilt: every output
     ([], {"replayed_batches": 1}, {}, set(ENRICH_OUTPUTS)),  # an interrupted attempt's commits, unannounced
-], ids=["changed", "noop", "quarantine-only", "reprocess", "replay"])
+    # a first run creates every output; only those it wrote rows to get an event (not the empty
+    # pending / quarantine / aggregate tables), also when it is a first reprocess
+    ([f"{n}+rows" if n == "enriched" else n for n in ENRICH_OUTPUTS], {}, {}, {"enriched"}),
+    ([f"{n}+rows" if n == "enriched" else n for n in ENRICH_OUTPUTS], {"reprocess": True},
+     {"reprocess": True}, {"enriched"}),
+], ids=["changed", "noop", "quarantine-only", "reprocess", "replay", "first-run", "first-reprocess"])
 def test_enrich_records_events_for_the_outputs_the_run_changed(tmp_path, monkeypatch, fake_spark, airflow_db,
                                                                commit, summary, conf, expected):
     from cdc_lake.airflow.operator import pipeline_alias
     from cdc_lake.runids import safe_run_id
 
     folder = _folder(tmp_path)
-    _existing_tables(folder)
+    if not (first := any(c.endswith("+rows") for c in commit)):
+        _existing_tables(folder)
     monkeypatch.setenv("FAKE_COMMIT", json.dumps(commit))
     monkeypatch.setenv("FAKE_SUMMARY", json.dumps(summary))
     dag = _dag(monkeypatch, folder, "order_lines")
@@ -436,7 +444,7 @@ def test_enrich_records_events_for_the_outputs_the_run_changed(tmp_path, monkeyp
     events = _asset_events(dr)
     assert set(events) == {table_asset(folder / ENRICH_OUTPUTS[n]).uri for n in expected}
     for name in expected:
-        version = 3 if name in commit else 2
+        version = (3 if name in commit else 2) if not first else 0
         assert events[table_asset(folder / ENRICH_OUTPUTS[name]).uri] == {
             "pipeline": "order_lines", "run_id": safe_run_id(dr.run_id), "delta_version": version}
 

@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +145,9 @@ class EnrichSparkSubmitOperator(_KindOperator):
     its version just before spark-submit — the job commits nothing for an empty write, so a new
     version is a change — and every output after a ``--reprocess`` (rebuilt) or after a run that
     finished a micro-batch an interrupted attempt had partly written (``replayed_batches``,
-    ``skipped_writes``: that attempt's commits were never announced).
+    ``skipped_writes``: that attempt's commits were never announced). An output this run created
+    without rows (version 0 adding no data file, e.g. the pending or quarantine table of a first
+    run) gets no event: a downstream DAG would find nothing in it.
     """
 
     ui_color = "#fde6c8"
@@ -187,6 +190,8 @@ class EnrichSparkSubmitOperator(_KindOperator):
             metrics = after if isinstance(after, dict) else {"delta_version": after}
             version = metrics.get("delta_version")
             changed = version is not None and (every or version != before.get(name))
+            if changed and before.get(name) is None and version == 0 and _holds_no_files(path):
+                changed = False  # created empty by this run (a first run, a first reprocess)
             found.append(TableEvent(path, {**common, **_json_scalars(metrics)}, changed))
         return found
 
@@ -292,3 +297,13 @@ def _job_lines(tail: list[str], kind: str) -> str:
     from the driver output, last 5; Spark's shutdown lines come after them."""
     lines = [line for line in tail if f"[{kind}]" in line]
     return ("\n" + "\n".join(lines[-5:])) if lines else ("\n" + "\n".join(tail[-5:]) if tail else "")
+
+
+def _holds_no_files(path: Path) -> bool:
+    """True when the first commit of the Delta table at ``path`` adds no data file (the Delta
+    protocol's ``add`` actions; any engine's create of an empty table). False when unreadable."""
+    try:
+        with open(path / "_delta_log" / f"{0:020d}.json", encoding="utf-8") as f:
+            return not any("add" in json.loads(line) for line in f if line.strip())
+    except (OSError, ValueError, TypeError):
+        return False
