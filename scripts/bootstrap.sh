@@ -36,10 +36,11 @@ if [ ! -f "$STAMP" ] || [ constraints.txt -nt "$STAMP" ] || [ pyproject.toml -nt
   # instead of 75 s with warm caches (measured 2026-11-28; identical `pip freeze`). pip stays in
   # the venv and is the fallback where no uv wheel exists. System CA certificates are trusted
   # (pip's default), for networks with their own TLS proxy.
-  if .venv/bin/python -m pip install --quiet "$UV_PIN" 2>/dev/null && [ -x .venv/bin/uv ]; then
-    .venv/bin/uv pip install --quiet --system-certs -p .venv/bin/python -c constraints.txt -e ".[dev]"
+  if .venv/bin/python -m pip install --quiet "$UV_PIN" 2>/dev/null && [ -x .venv/bin/uv ] &&
+     .venv/bin/uv pip install --quiet --system-certs -p .venv/bin/python -c constraints.txt -e ".[dev]"; then
+    :
   else
-    echo "[bootstrap] uv unavailable here; installing with pip"
+    echo "[bootstrap] uv unavailable or its install failed here; installing with pip"
     .venv/bin/python -m pip install --quiet --upgrade "pip>=24"
     .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
   fi
