@@ -20,6 +20,8 @@ sys.path.insert(0, str(REPO / "tests"))
 # Configure a private Airflow before any test module (or cdc_lake.airflow) can import airflow:
 # Airflow reads its configuration once, at import, and collection order is not ours to choose.
 import airflow_env  # noqa: E402,F401
+import live_stack  # noqa: E402
+from live_stack import shared_airflow  # noqa: E402,F401 - the fixture, for the live-Airflow files
 
 _ENGINE_STATUS: dict[str, str] = {}
 
@@ -44,9 +46,10 @@ def _spark_builder():  # type: ignore[no-untyped-def]
     if os.environ.get("CDC_TEST_JIT") == "c1":
         for k, v in LAUNCH_CONF.items():
             b = b.config(k, v)
-    from cdc_lake.spark_session import CODEGEN_CACHE, COMPRESSED_CACHE, BASE_CONF
+    from cdc_lake.spark_session import COMPRESSED_CACHE, BASE_CONF
     b = b.config(COMPRESSED_CACHE, "false")  # the product's batch caches
-    b = b.config(CODEGEN_CACHE, BASE_CONF[CODEGEN_CACHE])  # and its generated-code cache
+    for k, v in BASE_CONF.items():  # and every session setting the product's jobs run with
+        b = b.config(k, v)
     jars_dir = os.environ.get("CDC_DELTA_JARS_DIR")
     packages = os.environ.get("CDC_DELTA_PACKAGES")
     if jars_dir or packages:
@@ -96,7 +99,9 @@ def pytest_report_header(config):  # type: ignore[no-untyped-def]
 
 
 def pytest_sessionfinish(session):  # type: ignore[no-untyped-def]
-    """Under pytest-xdist, hand this worker's engine status to the controller's summary."""
+    """Stop a shared live Airflow still running; under pytest-xdist, hand this worker's engine
+    status to the controller's summary."""
+    live_stack.stop_shared()
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["cdc_engine_status"] = dict(_ENGINE_STATUS)
@@ -118,8 +123,22 @@ def pytest_terminal_summary(terminalreporter):  # type: ignore[no-untyped-def]
             terminalreporter.write_line(f"{name:<12} {status}")
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent without pytest-xdist
+def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]
+    """``--dist loadfile``, but the files that share one live Airflow are one scope."""
+    return live_stack.make_scheduler(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):  # type: ignore[no-untyped-def]
+    yield
+    live_stack.after_teardown(item, nextitem)
+
+
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Slow tier is opt-in: CDC_SLOW=1 or an explicit ``-m`` expression."""
+    """The live-Airflow files next to each other; the slow tier is opt-in: CDC_SLOW=1 or an
+    explicit ``-m`` expression."""
+    live_stack.group_together(items)
     if os.environ.get("CDC_SLOW") == "1" or config.getoption("-m"):
         return
     skip = pytest.mark.skip(reason="slow tier: set CDC_SLOW=1 (or -m slow) to run")

@@ -1,16 +1,17 @@
 """A real Airflow 3.3 (api-server, scheduler, dag-processor; LocalExecutor) runs the pipeline DAGs.
 
-One Airflow per metadata-DB leg and module: SQLite always, PostgreSQL (127.0.0.1:5432, user
-postgres, a fresh database per run) when reachable, else that leg skips with the reason.
+The default tier uses the live Airflow this file shares with ``test_browser.py`` and
+``test_capture_dag_live.py`` (``tests/live_stack.py``: PostgreSQL metadata DB when
+127.0.0.1:5432 answers, else SQLite); the slow tier adds a leg on its own instance with the other
+metadata DB (the PostgreSQL leg skips with the reason where there is none).
 
 * the plugin view is refused to anonymous users and served to logged-in ones (bearer or cookie);
 * a pipeline DAG triggered through the REST API with ``conf`` runs the Spark job, the Delta tables
   hold exactly the expected rows, and the run summary arrives in XCom;
 * a bad param is refused with HTTP 400 and creates no run;
-* two runs triggered at once process the new data exactly once.
+* two runs triggered at once process the new data exactly once (slow tier);
+* a backfill runs its dates one after another, the data once; the same range again changes nothing.
 
-Until ``dags/cdc_pipelines.py`` and ``spark_jobs/cdc_ingest.py`` exist, the instance runs a
-trivial DAG from a tmp folder instead (fixture self-test) and the pipeline tests skip.
 Run: ``pytest -m airflow_live tests/test_airflow_live.py`` (≈2–3 min on 2 cores).
 """
 
@@ -27,67 +28,38 @@ import pytest
 from live_airflow import (
     REPO,
     MaxwellScenario,
-    copy_pipelines_for_test,
     dump_logs,
     find_summary,
     pick_pipeline,
     postgres_available,
     real_pipeline_parts,
-    start_live_airflow,
 )
+from live_stack import pipeline_airflow, shared_db
 
 pytestmark = [pytest.mark.airflow_live]
 
 LOCK_EXIT_CODE = 75
-TRIVIAL_DAG = '''"""Trivial airflow dag: fixture self-test while the real DAGs are not written yet."""
-from airflow.sdk import DAG, Param, task
 
-with DAG("fixture_selftest", schedule=None, max_active_runs=1, catchup=False,
-         params={"n": Param(1, type="integer", minimum=1)}):
-    @task
-    def echo(params=None):
-        return {"n": params["n"]}
-
-    echo()
-'''
-
-
-# Slow tier: both metadata-DB legs. Default tier: one leg — PostgreSQL (what production runs)
-# when this machine has it, else SQLite — so every test below runs once.
-LEGS = ["sqlite", "postgres"] if os.environ.get("CDC_SLOW") == "1" else ["one"]
+# Default tier: the shared instance. Slow tier: also an instance of the other metadata DB.
+LEGS = ["shared", "other"] if os.environ.get("CDC_SLOW") == "1" else ["shared"]
 
 
 @pytest.fixture(scope="module", params=LEGS)
 def live(request, tmp_path_factory):
-    """One running Airflow per module and DB leg, with tmp copies of pipelines and data."""
-    db = request.param
-    if db == "one":
-        db = "postgres" if postgres_available()[0] else "sqlite"
-    elif db == "postgres":
+    """A running Airflow over tmp copies of the pipelines (``tests/live_stack.py``)."""
+    ready, why = real_pipeline_parts()
+    if not ready:
+        pytest.skip(why)
+    if request.param == "shared":
+        yield request.getfixturevalue("shared_airflow")
+        return
+    db = "sqlite" if shared_db() == "postgres" else "postgres"
+    if db == "postgres":
         ok, why = postgres_available()
         if not ok:
             pytest.skip(f"PostgreSQL leg skipped: {why}")
-    work = tmp_path_factory.mktemp(f"airflow-{db}")
-    real, _why = real_pipeline_parts()
-    pipelines = work / "pipelines"
-    data = work / "data"
-    data.mkdir()
-    if real:
-        copy_pipelines_for_test(REPO / "pipelines", pipelines)  # no schedule, retries 0
-        dags = REPO / "dags"
-    else:
-        dags = work / "dags"
-        dags.mkdir()
-        (dags / "fixture_selftest.py").write_text(TRIVIAL_DAG)
-        pipelines.mkdir()
-    env = {"CDC_PIPELINES_DIR": str(pipelines), "CDC_DATA_DIR": str(data)}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():  # the test process resolves the same paths as Airflow's
-            mp.setenv(k, v)
-        with start_live_airflow(work / "home", db=db, dags_folder=dags, extra_env=env) as af:
-            af.real = real  # type: ignore[attr-defined]
-            af.pipelines_dir = pipelines  # type: ignore[attr-defined]
-            yield af
+    with pipeline_airflow(tmp_path_factory.mktemp(f"airflow-{db}"), db) as af:
+        yield af
 
 
 @pytest.fixture(autouse=True)
@@ -101,9 +73,6 @@ def _logs_on_failure(request, live):
 @pytest.fixture(scope="module")
 def pipeline(live):
     """The Maxwell pipeline under test: config, scenario, DAG parsed and unpaused."""
-    ready, why = real_pipeline_parts()
-    if not ready:
-        pytest.skip(why)
     cfg = pick_pipeline(live.pipelines_dir)
     if cfg is None:
         pytest.skip(f"no valid maxwell pipeline in {live.pipelines_dir} (pipelines/*.yaml)")
@@ -154,20 +123,6 @@ def test_plugin_registered_in_nav(live):
     assert [v["href"] for v in views] == ["/cdc/"]
     assert views[0]["destination"] == "nav" and views[0]["url_route"]
     assert [a["url_prefix"] for a in plugins["cdc_lake"]["fastapi_apps"]] == ["/cdc"]
-
-
-def test_fixture_selftest_dag(live):
-    if live.real:
-        pytest.skip("real pipeline DAGs present: the pipeline tests below exercise the fixture")
-    live.wait_dag("fixture_selftest")
-    live.unpause("fixture_selftest")
-    run_id = live.trigger("fixture_selftest", {"n": 3}).json()["dag_run_id"]
-    live.wait_success("fixture_selftest", run_id, timeout=120)
-    assert live.xcom("fixture_selftest", run_id, "echo") == {"n": 3}
-    before = len(live.runs("fixture_selftest"))
-    r = live.trigger("fixture_selftest", {"n": "x"}, expect=(400,))
-    assert "n" in r.json()["detail"]
-    assert len(live.runs("fixture_selftest")) == before
 
 
 # ----------------------------------------------------------------------------- pipelines
@@ -296,24 +251,17 @@ def _wait_backfills_completed(live, dag_id: str, timeout: float = 600) -> None:
     raise live.fail(f"backfills of {dag_id} not completed after {timeout:.0f}s")
 
 
-def test_backfill_is_sequential_and_idempotent(live, pipeline):
+def test_backfill_is_sequential_and_idempotent(live):
     """Backfill over 2 days (CI budget; a third adds nothing the second does not show): each run processes what is new since the checkpoint (the job is not
     date-partitioned), so the first processes everything and the others nothing; running the
     same range again (reprocess, backfill default concurrency) changes nothing."""
     if live.db != "sqlite" and len(LEGS) > 1:
         pytest.skip("backfill semantics do not depend on the metadata DB; covered by the SQLite leg")
-    import yaml
-
     from cdc_lake.config import load_pipeline
 
-    src_cfg, _ = pipeline
-    raw = yaml.safe_load(src_cfg.file.read_text(encoding="utf-8"))
-    raw.update(pipeline="shop_backfill", schedule="@daily", start_date="2026-11-01", retries=0)
-    raw["source"]["path"] = "${CDC_DATA_DIR}/landing/shop_backfill"
-    raw["storage"]["root"] = "${CDC_DATA_DIR}/lake/shop_backfill"
-    path = live.pipelines_dir / "shop_backfill.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    cfg = load_pipeline(path)
+    # shop_backfill: the Maxwell pipeline, @daily from 2026-11-01, its own landing and lake,
+    # written before Airflow started (tests/live_stack.py)
+    cfg = load_pipeline(live.pipelines_dir / "shop_backfill.yaml")
     sc = MaxwellScenario(cfg)
     sc.write_batch(0)
     live.wait_dag(cfg.name, timeout=240)

@@ -7,7 +7,8 @@ used). Without the browser the test skips with the reason, unless ``CDC_REQUIRE_
 turns the skip into a failure (CI machines that must run it).
 
 Screenshots go to ``test-artifacts/`` (login.png, dags-list.png, trigger-form.png,
-run-success.png, plugin-view.png). Run: ``pytest -m browser tests/test_browser.py``.
+run-success.png, plugin-view.png). The live Airflow is the one shared with
+``test_airflow_live.py`` and ``test_capture_dag_live.py`` (``tests/live_stack.py``). Run: ``pytest -m browser tests/test_browser.py``.
 """
 
 from __future__ import annotations
@@ -18,16 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from live_airflow import (
-    REPO,
-    MaxwellScenario,
-    copy_pipelines_for_test,
-    dump_logs,
-    find_summary,
-    pick_pipeline,
-    real_pipeline_parts,
-    start_live_airflow,
-)
+from live_airflow import REPO, MaxwellScenario, dump_logs, find_summary, real_pipeline_parts
 
 pytestmark = [pytest.mark.browser, pytest.mark.airflow_live]
 
@@ -62,21 +54,12 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def live(browser, tmp_path_factory):
+def live(browser, shared_airflow):
+    """The live Airflow shared with test_airflow_live / test_capture_dag_live (tests/live_stack.py)."""
     ready, why = real_pipeline_parts()
     if not ready:
         pytest.skip(why)
-    work = tmp_path_factory.mktemp("airflow-browser")
-    pipelines, data = work / "pipelines", work / "data"
-    copy_pipelines_for_test(REPO / "pipelines", pipelines)  # no schedule, retries 0
-    data.mkdir()
-    env = {"CDC_PIPELINES_DIR": str(pipelines), "CDC_DATA_DIR": str(data)}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        with start_live_airflow(work / "home", db="sqlite", extra_env=env) as af:
-            af.pipelines_dir = pipelines  # type: ignore[attr-defined]
-            yield af
+    return shared_airflow
 
 
 @pytest.fixture
@@ -104,13 +87,14 @@ def test_trigger_from_ui_and_see_delta_version_in_plugin(page, live):
     from deltalake import DeltaTable
     from playwright.sync_api import expect
 
+    from cdc_lake.config import load_pipeline
+
     # assertions wait as long as page actions (their own default is 5 s: a loaded CI machine
     # listed the DAGs later than that once)
     expect.set_options(timeout=UI_TIMEOUT_MS)
 
-    cfg = pick_pipeline(live.pipelines_dir)
-    if cfg is None:
-        pytest.skip(f"no valid maxwell pipeline in {live.pipelines_dir}")
+    # shop_browser: the Maxwell pipeline with its own landing and lake (tests/live_stack.py)
+    cfg = load_pipeline(live.pipelines_dir / "shop_browser.yaml")
     scenario = MaxwellScenario(cfg)
     files = scenario.write_batch(0)
     live.wait_dag(cfg.name, timeout=180)

@@ -1,11 +1,12 @@
 """``capture >> ingest`` in a real Airflow against a private MariaDB with a ROW binlog (issue 8).
 
 A pipeline YAML with a ``capture:`` section becomes a two-task DAG. Here a real Airflow 3.3
-(SQLite metadata DB, LocalExecutor) runs it twice with DML in MariaDB between runs —
+(LocalExecutor; the instance shared with ``test_airflow_live.py`` and ``test_browser.py``,
+``tests/live_stack.py``, which writes both pipelines below before it starts) runs it twice with DML in MariaDB between runs —
 inserts, updates, deletes, a primary-key change, a multi-row statement, a rolled-back
 transaction — and after each DAG run every Delta table equals ``SELECT *`` of its source table
-(the source database is the oracle; values compared typed). The connection comes from
-``AIRFLOW_CONN_CDC_MARIADB``, as a user would define it. A second pipeline points at a port
+(the source database is the oracle; values compared typed). The connections are created
+through Airflow's REST API, as a user would in the UI. A second pipeline points at a port
 where nothing listens: its capture fails, and its ingest never runs (``upstream_failed``).
 """
 
@@ -19,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from live_airflow import REPO, dump_logs, free_port, start_live_airflow
+from live_airflow import REPO, dump_logs, free_port
+from live_stack import CAPTURE_DB as DB
 from mariadb_server import MariaDBServer, mariadb_server  # noqa: F401
 
 pytestmark = [pytest.mark.airflow_live, pytest.mark.mariadb,
               pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning")]
 
-DB = "livecap"
 SEED = random.randrange(1 << 30)
 TABLES = {
     "accounts": ("CREATE TABLE accounts (id INT NOT NULL PRIMARY KEY, name VARCHAR(40) NOT NULL, "
@@ -34,20 +35,6 @@ TABLES = {
               "NOT NULL, at DATETIME NULL, memo VARCHAR(60) NULL, PRIMARY KEY (account_id, seq)) "
               "ENGINE=InnoDB", ("account_id", "seq")),
 }
-PIPELINE = """\
-pipeline: {name}
-schedule: null
-source: {{format: maxwell, path: {landing}, database: {db}, max_files_per_trigger: 50}}
-storage: {{root: {lake}}}
-engine: {{name: deltalake}}
-retries: 0
-capture: {{conn_id: {conn_id}, databases: [{db}]}}
-tables:
-  accounts: {{keys: [id], types: {{balance: "decimal(10,2)"}}}}
-  moves: {{keys: [account_id, seq], types: {{amount: "decimal(10,2)"}}}}
-"""
-
-
 def _dml(srv: MariaDBServer, rng: random.Random, round_no: int) -> None:
     """A random round of changes; deterministic per seed."""
     conn = srv.connect(DB)
@@ -126,26 +113,20 @@ def _assert_lake_equals_source(srv: MariaDBServer, lake: Path, context: str) -> 
     return compared
 
 
+def _connection(conn_id: str, port: int, user: str, password: str) -> dict[str, Any]:
+    return {"connection_id": conn_id, "conn_type": "mysql", "host": "127.0.0.1", "port": port,
+            "login": user, "password": password}
+
+
 @pytest.fixture(scope="module")
-def setup(mariadb_server, tmp_path_factory):  # noqa: F811
-    srv = mariadb_server
+def setup(mariadb_server, shared_airflow):  # noqa: F811
+    srv, af = mariadb_server, shared_airflow
     srv.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
     srv.execute(*(sql for sql, _ in TABLES.values()), database=DB)
     user, pw = srv.create_capture_user((DB,))
-    root = tmp_path_factory.mktemp("capture_dag")
-    pipelines = root / "pipelines"
-    pipelines.mkdir()
-    (pipelines / "live_capture.yaml").write_text(PIPELINE.format(
-        name="live_capture", landing=root / "landing", lake=root / "lake", db=DB, conn_id="cdc_mariadb"))
-    (pipelines / "dead_capture.yaml").write_text(PIPELINE.format(
-        name="dead_capture", landing=root / "landing_dead", lake=root / "lake_dead", db=DB,
-        conn_id="dead_mariadb"))
-    env = {"CDC_PIPELINES_DIR": str(pipelines),
-           "AIRFLOW_CONN_CDC_MARIADB": f"mysql://{user}:{pw}@127.0.0.1:{srv.port}",
-           "AIRFLOW_CONN_DEAD_MARIADB": f"mysql://{user}:{pw}@127.0.0.1:{free_port()}"}
-    with start_live_airflow(root / "airflow", db="sqlite", dags_folder=REPO / "dags",
-                            extra_env=env) as af:
-        yield srv, af, root
+    af.api("POST", "/api/v2/connections", expect=(200, 201), json=_connection("cdc_mariadb", srv.port, user, pw))
+    af.api("POST", "/api/v2/connections", expect=(200, 201), json=_connection("dead_mariadb", free_port(), user, pw))
+    yield srv, af, af.data_dir
 
 
 def test_capture_then_ingest_equals_select_star_after_every_dag_run(setup):
@@ -166,7 +147,7 @@ def test_capture_then_ingest_equals_select_star_after_every_dag_run(setup):
             ingest = af.xcom("live_capture", run_id, "ingest")
             assert cap and cap.get("files"), f"run {n}: capture landed nothing: {cap}"
             assert ingest and ingest["status"] == "succeeded", ingest
-            assert _assert_lake_equals_source(srv, root / "lake", f"after DAG run {n}") > 0
+            assert _assert_lake_equals_source(srv, root / "lake" / "live_capture", f"after DAG run {n}") > 0
     except Exception:
         dump_logs(af, save_to=REPO / "test-artifacts" / "capture-dag-live")
         raise
@@ -182,4 +163,5 @@ def test_failed_capture_never_runs_the_ingest(setup):
     assert run["state"] == "failed", run
     assert states == {"capture": "failed", "ingest": "upstream_failed"}, states
     assert "127.0.0.1" in af.task_log("dead_capture", "dead_1")
-    assert not (root / "lake_dead").exists() or not any((root / "lake_dead").iterdir())
+    dead_lake = root / "lake" / "dead_capture"
+    assert not dead_lake.exists() or not any(dead_lake.iterdir())
