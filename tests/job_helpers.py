@@ -54,3 +54,29 @@ def moved_aside(path: Any, then: str = "", suffix: str = ".damaged") -> str:
     (``cdc_lake.paths.mv_aside``), followed by ``then``."""
     p = re.escape(str(path))
     return rf"mv {p} {p}{re.escape(suffix)}-\d{{8}}T\d{{6}}Z" + re.escape(then)
+
+
+def run_cli(spark, yaml: Path, *args: str, run_id: str = "cli"):  # type: ignore[no-untyped-def]
+    """``spark_jobs/cdc_ingest.py --pipeline <yaml> --run-id <run_id> <args>`` in this process:
+    its ``main()`` on the test's Spark session (``getOrCreate`` finds it), as a
+    ``CompletedProcess`` holding the exit code main() returns and what it printed.
+
+    The same exit codes and messages as the script run as a process (``sys.exit(main())``) without
+    a JVM start per call; that the entry point works as a process is shown by test_job_cli.py,
+    test_crash_recovery.py and one state test (test_job_state.py), which run it so.
+    """
+    import contextlib
+    import importlib.util
+    import io
+    import subprocess
+
+    assert spark is not None  # the session main() will find (a fixture, so it exists first)
+    job = Path(__file__).resolve().parents[1] / "spark_jobs" / "cdc_ingest.py"
+    spec = importlib.util.spec_from_file_location("cdc_ingest_cli", job)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    argv = ["--pipeline", str(yaml), "--run-id", run_id, *args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = mod.main(argv)
+    return subprocess.CompletedProcess([str(job), *argv], code, out.getvalue(), err.getvalue())

@@ -13,22 +13,16 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from job_helpers import event, land, moved_aside, pipeline, rows
+from job_helpers import event, land, moved_aside, pipeline, rows, run_cli
 
 from cdc_lake.cdc.job import run_pipeline
 from cdc_lake.cdc.state import CheckpointRolledBack
 from cdc_lake.checkpoint import StateFileDamaged
 
-JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "cdc_ingest.py"
 
-
-def _cli(yaml: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(JOB), "--pipeline", str(yaml), "--run-id", "cli"],
-                          capture_output=True, text=True, timeout=300)
 
 
 def _quarantined(cfg) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -61,7 +55,7 @@ def test_a_checkpoint_set_back_stops_the_run_and_moving_it_aside_converges(spark
     assert f"table 'orders' at {orders} holds batch 1" in msg and "quarantine table" in msg, msg
     assert re.search(moved_aside(cp, f" && spark-submit spark_jobs/cdc_ingest.py --pipeline {cfg.file}"), msg), msg
     assert rows(orders) == {1: "s1", 2: "paid"}, "nothing may be written before the operator acts"
-    r = _cli(cfg.file)  # the CLI says the same and exits 3 (before Spark starts)
+    r = run_cli(spark, cfg.file)  # the CLI says the same and exits 3 (before Spark starts)
     assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(orders) in r.stderr, r.stderr
 
     shutil.move(str(cp), f"{cp}.damaged")  # the recovery the message names
@@ -95,12 +89,12 @@ def lake(spark, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name", ["cdc_instance.json", "cdc_tables.json", "cdc_table_versions.json"])
-def test_a_truncated_state_file_names_the_file_exit_3(lake, name):
+def test_a_truncated_state_file_names_the_file_exit_3(spark, lake, name):
     f = lake.checkpoint_path / name
     original = f.read_bytes()
     f.write_bytes(original[:15])
     try:
-        r = _cli(lake.file)
+        r = run_cli(spark, lake.file)
     finally:
         f.write_bytes(original)
     assert r.returncode == 3 and f"NEEDS RECOVERY: checkpoint file {f} is truncated" in r.stderr, r.stderr

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from job_helpers import event, land, moved_aside, pipeline, rows
+from job_helpers import event, land, moved_aside, pipeline, rows, run_cli
 
 from cdc_lake.cdc.job import run_pipeline
 from cdc_lake.cdc.state import TableDamaged, TableMissing, TableRolledBack
@@ -69,7 +69,7 @@ def test_damaged_delta_log_names_the_table_and_the_move_aside_recovery_converges
     msg = str(e.value)
     assert "'orders'" in msg and str(orders) in msg and "customers" not in msg, msg
     assert f"mv {orders} {orders}.damaged" in msg and "--full-refresh --tables orders" in msg, msg
-    r = _cli(cfg.file)
+    r = run_cli(spark, cfg.file)
     assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(orders) in r.stderr, r.stderr
 
     shutil.move(str(orders), f"{orders}.damaged")  # the recovery the message names
@@ -102,7 +102,7 @@ def test_a_table_whose_newest_commit_was_removed_stops_the_run_and_a_full_refres
     msg = str(e.value)
     assert "'orders'" in msg and str(orders) in msg and "customers" not in msg, msg
     assert "--full-refresh --tables orders" in msg, msg
-    r = _cli(cfg.file)
+    r = run_cli(spark, cfg.file)
     assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(orders) in r.stderr, r.stderr
 
     run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
@@ -136,7 +136,7 @@ def test_damaged_quarantine_log_names_it_and_moving_it_aside_lets_runs_go_on(spa
 
 @pytest.mark.parametrize("damage", ["offsets_empty", "commits_truncated", "metadata_empty",
                                     "source_log_truncated", "offsets_missing_source"])
-def test_damaged_checkpoint_file_names_the_file_and_the_recovery(tmp_path, damage, request):
+def test_damaged_checkpoint_file_names_the_file_and_the_recovery(spark, tmp_path, damage, request):
     cfg, cp = request.getfixturevalue("ingested")
     victim, new_text = {
         "offsets_empty": (cp / "offsets" / "1", ""),
@@ -153,7 +153,7 @@ def test_damaged_checkpoint_file_names_the_file_and_the_recovery(tmp_path, damag
     crc_bytes = crc.read_bytes() if crc.exists() else None
     crc.unlink(missing_ok=True)
     try:
-        r = _cli(cfg.file)
+        r = run_cli(spark, cfg.file)
     finally:
         victim.write_bytes(original)
         if crc_bytes is not None:
@@ -165,7 +165,7 @@ def test_damaged_checkpoint_file_names_the_file_and_the_recovery(tmp_path, damag
 
 
 @pytest.mark.parametrize("damage", ["metadata", "sources", "last_source_log", "newest_offsets"])
-def test_missing_checkpoint_file_names_the_file_and_the_recovery(damage, request):
+def test_missing_checkpoint_file_names_the_file_and_the_recovery(spark, damage, request):
     """A checkpoint with batches but without ``metadata`` or (part of) the file source's log:
     exit 3 naming the file and the recovery, before Spark starts (it failed, exit 1, with
     STREAMING_CHECKPOINT_MISSING_METADATA_FILE / "batch 1 doesn't exist" and a page of plan)."""
@@ -177,7 +177,7 @@ def test_missing_checkpoint_file_names_the_file_and_the_recovery(damage, request
     kept = cp.parent / f"kept-{damage}"
     shutil.move(str(victim), str(kept))
     try:
-        r = _cli(cfg.file)
+        r = run_cli(spark, cfg.file)
     finally:
         shutil.move(str(kept), str(victim))
     assert r.returncode == 3, r.stderr[-3000:]
@@ -330,7 +330,7 @@ def test_a_landed_file_appended_to_after_it_was_read_stops_the_run_and_the_recov
         run_pipeline(cfg, spark=spark, run_id="r2")
     msg = str(e.value)
     assert str(a) in msg and "touch -m -d @" in msg, msg
-    r = _cli(cfg.file)
+    r = run_cli(spark, cfg.file)
     assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(a) in r.stderr, r.stderr
 
     land(cfg.landing_path, "a-rest.json", second, event(3))  # the recovery the message names

@@ -6,21 +6,14 @@ files, a data file deleted from a table. Each stops with exit 3 naming what and 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from job_helpers import event, land, pipeline, rows
+from job_helpers import event, land, pipeline, rows, run_cli
 
 from cdc_lake.cdc.job import run_pipeline
 
-JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "cdc_ingest.py"
 
-
-def _cli(yaml: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(JOB), "--pipeline", str(yaml), "--run-id", "cli"],
-                          capture_output=True, text=True, timeout=300)
 
 
 def test_a_landed_file_replaced_by_a_copy_with_an_older_time_stops_the_run(spark, tmp_path):
@@ -95,7 +88,7 @@ def test_a_table_changed_behind_the_pipeline_stops_the_run_and_maintenance_leave
 
     # a DELETE by hand
     DeltaTable(str(orders)).delete("id < 3")
-    r = _cli(cfg.file)
+    r = run_cli(spark, cfg.file)
     assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and "changed rows" in r.stderr, r.stderr[-2000:]
     # (tester) the end of a run recording the tables, as if the DELETE had come during it, and a
     # full refresh of another table, do not take the change as the new normal
@@ -183,7 +176,7 @@ def test_a_deleted_data_file_ends_the_run_with_exit_3_naming_it(spark, tmp_path)
     [victim] = list(cfg.tables["orders"].path.glob("*.parquet"))
     victim.unlink()
     land(cfg.landing_path, "b.json", event(3), event(12, typ="update", id=1, status="x"))
-    r = _cli(cfg.file)
+    r = run_cli(spark, cfg.file)
     assert r.returncode == 3, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("[cdc] NEEDS RECOVERY") and str(victim) in last, last
