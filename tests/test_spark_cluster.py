@@ -1,7 +1,8 @@
-"""The CDC job on a real Spark standalone cluster (master + 2 workers on 127.0.0.1), client mode.
+"""The CDC job on a real Spark standalone cluster (a master and workers on 127.0.0.1), client mode.
 
 local[*] hides whatever must reach executors; here the landing files are read and parsed by
-executor JVMs of separate worker processes. Truth is the plain-Python reference model, as for
+executor JVMs of separate worker processes (the default tier: one worker with one executor, the
+smallest real cluster; the slow tier: two workers). Truth is the plain-Python reference model, as for
 local runs. The slow tier also SIGKILLs a worker mid-run: Spark reschedules its tasks on the other
 worker, the run completes and the tables converge.
 """
@@ -78,7 +79,9 @@ def test_cdc_dag_task_on_a_standalone_cluster_equals_the_reference(tmp_path, mon
     landing, lake = tmp_path / "landing", tmp_path / "lake"
     generate(landing, "maxwell", days=1, seed=21, lines_per_file=80)
     executor_python = python_without_package(tmp_path)
-    conf = {"spark.cores.max": "2", "spark.executor.memory": "512m", "spark.executor.cores": "1",
+    # one worker, one executor: the smallest real cluster (every process it adds is a JVM start
+    # on a 2-core CI machine); the slow tier's worker-kill test runs two workers
+    conf = {"spark.cores.max": "1", "spark.executor.memory": "512m", "spark.executor.cores": "1",
             "spark.driver.memory": "1g", "spark.ui.enabled": "false",
             "spark.pyspark.python": str(executor_python),
             "spark.pyspark.driver.python": sys.executable}
@@ -89,7 +92,7 @@ def test_cdc_dag_task_on_a_standalone_cluster_equals_the_reference(tmp_path, mon
 
     cfg = load_pipeline(yaml)
     monkeypatch.setenv("CDC_PY_FILES_DIR", str(tmp_path / "py-files"))
-    with StandaloneCluster(tmp_path, workers=2) as cluster:
+    with StandaloneCluster(tmp_path, workers=1) as cluster:
         for k, v in cluster_env().items():
             monkeypatch.setenv(k, v)
         monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # spark-submit
