@@ -95,8 +95,10 @@ def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None
 
     Every landing step: a number of kill attempts drawn from ``attempts_per_step`` (each run
     replays what the killed one left), then a normal run that must exit 0, then the whole lake
-    is compared with the reference model. The run ends with the step that reached ``kills``. A failure is recorded with everything needed to
-    reproduce it (workload seed and format, the kills so far) and ends that workload.
+    is compared with the reference model. The run ends with the first step by which ``kills``
+    were delivered and the comparisons covered quarantine and DDL-log rows. A failure is
+    recorded with everything needed to reproduce it (workload seed and format, the kills so far)
+    and ends that workload.
     """
     log = log or (lambda m: print(m, flush=True))
     rng = random.Random(seed)
@@ -163,8 +165,9 @@ def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None
                                     + "\n".join(res.problems[:30]))
                 ok = False
                 break
-            if fig.kills >= kills:  # target met and this step verified: later steps would only
-                break               # be runs without kills (job processes of ~15 s each)
+            if fig.kills >= kills and fig.quarantine_rows_checked and fig.ddl_rows_checked:
+                break  # target met, and the comparisons so far covered quarantine and DDL-log
+                # rows: later steps would only be runs without kills (~15 s job processes each)
         log(f"[chaos] workload {n} {wl.label}: {'ok' if ok else 'FAILED'}; {' '.join(history)}; "
             f"kills so far {fig.kills}, {time.monotonic() - t0:.0f}s")
         if ok and not keep:
