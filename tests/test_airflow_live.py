@@ -252,9 +252,10 @@ def _wait_backfills_completed(live, dag_id: str, timeout: float = 600) -> None:
 
 
 def test_backfill_is_sequential_and_idempotent(live):
-    """Backfill over 2 days (CI budget; a third adds nothing the second does not show): each run processes what is new since the checkpoint (the job is not
-    date-partitioned), so the first processes everything and the others nothing; running the
-    same range again (reprocess, backfill default concurrency) changes nothing."""
+    """Backfill over 2 days (CI budget; a third adds nothing the second does not show): each
+    run processes what is new since the checkpoint (the job is not date-partitioned), so the
+    first processes everything and the others nothing; running the same range again (reprocess,
+    backfill default concurrency) changes nothing."""
     if live.db != "sqlite" and len(LEGS) > 1:
         pytest.skip("backfill semantics do not depend on the metadata DB; covered by the SQLite leg")
     from cdc_lake.config import load_pipeline

@@ -8,7 +8,8 @@ turns the skip into a failure (CI machines that must run it).
 
 Screenshots go to ``test-artifacts/`` (login.png, dags-list.png, trigger-form.png,
 run-success.png, plugin-view.png). The live Airflow is the one shared with
-``test_airflow_live.py`` and ``test_capture_dag_live.py`` (``tests/live_stack.py``). Run: ``pytest -m browser tests/test_browser.py``.
+``test_airflow_live.py`` and ``test_capture_dag_live.py`` (``tests/live_stack.py``).
+Run: ``pytest -m browser tests/test_browser.py``.
 """
 
 from __future__ import annotations

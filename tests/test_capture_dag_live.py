@@ -2,9 +2,9 @@
 
 A pipeline YAML with a ``capture:`` section becomes a two-task DAG. Here a real Airflow 3.3
 (LocalExecutor; the instance shared with ``test_airflow_live.py`` and ``test_browser.py``,
-``tests/live_stack.py``, which writes both pipelines below before it starts) runs it twice with DML in MariaDB between runs —
-inserts, updates, deletes, a primary-key change, a multi-row statement, a rolled-back
-transaction — and after each DAG run every Delta table equals ``SELECT *`` of its source table
+``tests/live_stack.py``, which writes both pipelines before it starts) runs it twice with DML
+in MariaDB between runs — inserts, updates, deletes, a primary-key change, a multi-row
+statement, a rolled-back transaction — and after each DAG run every Delta table equals ``SELECT *`` of its source table
 (the source database is the oracle; values compared typed). The connections are created
 through Airflow's REST API, as a user would in the UI. A second pipeline points at a port
 where nothing listens: its capture fails, and its ingest never runs (``upstream_failed``).
@@ -35,6 +35,8 @@ TABLES = {
               "NOT NULL, at DATETIME NULL, memo VARCHAR(60) NULL, PRIMARY KEY (account_id, seq)) "
               "ENGINE=InnoDB", ("account_id", "seq")),
 }
+
+
 def _dml(srv: MariaDBServer, rng: random.Random, round_no: int) -> None:
     """A random round of changes; deterministic per seed."""
     conn = srv.connect(DB)
@@ -124,8 +126,9 @@ def setup(mariadb_server, shared_airflow):  # noqa: F811
     srv.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
     srv.execute(*(sql for sql, _ in TABLES.values()), database=DB)
     user, pw = srv.create_capture_user((DB,))
-    af.api("POST", "/api/v2/connections", expect=(200, 201), json=_connection("cdc_mariadb", srv.port, user, pw))
-    af.api("POST", "/api/v2/connections", expect=(200, 201), json=_connection("dead_mariadb", free_port(), user, pw))
+    for conn_id, port in (("cdc_mariadb", srv.port), ("dead_mariadb", free_port())):
+        af.api("POST", "/api/v2/connections", expect=(200, 201),
+               json=_connection(conn_id, port, user, pw))
     yield srv, af, af.data_dir
 
 
