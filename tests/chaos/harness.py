@@ -25,6 +25,14 @@ from chaos.driver import NAMED_POINTS, Kill, run_job, summary_line
 from chaos.workload import VARIANTS, make_workload
 
 KILL_MODES = ("named", "named", "delay", "delay", "data_file", "log_commit")
+# Kills that land after a batch wrote something (the default tier's one kill): the replay has
+# committed writes to skip or deduplicate. A kill before the first write (JVM start,
+# ``batch_start``, the first data file) is one whose replay any job survives.
+AFTER_WRITE_POINTS = tuple(p for p in NAMED_POINTS if p != "batch_start")
+AFTER_WRITE_MODES = ("named", "named", "log_commit")
+# Named points after a table's MERGE committed: the replay must skip that table's write by its
+# transaction id (``skipped_batches`` in the finishing run's summary).
+AFTER_TABLE_POINTS = tuple(p for p in NAMED_POINTS if p.startswith("after_table") or p == "before_commit")
 # Product bugs the harness has found and reported (signature in the job's stderr -> bug). A
 # failure with one of these signatures is counted in ``known_bug_failures``; any other failure
 # is new. Remove an entry once the bug is fixed.
@@ -55,6 +63,7 @@ class Figures:
     quarantine_rows_checked: int = 0
     ddl_rows_checked: int = 0
     skipped_batch_writes: int = 0     # table writes the txn-id check skipped on a replay
+    kills_after_table_commit: int = 0  # named kills after a table's MERGE had committed
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     known_bug_failures: list[str] = field(default_factory=list)
@@ -79,10 +88,10 @@ def _land(landing: Path, name: str, lines: list[str]) -> None:
     os.replace(tmp, landing / name)
 
 
-def _choose_kill(rng: random.Random, est_run_s: float) -> Kill:
-    mode = rng.choice(KILL_MODES)
+def _choose_kill(rng: random.Random, est_run_s: float, after_write: bool) -> Kill:
+    mode = rng.choice(AFTER_WRITE_MODES if after_write else KILL_MODES)
     if mode == "named":
-        return Kill("named", point=rng.choice(NAMED_POINTS))
+        return Kill("named", point=rng.choice(AFTER_WRITE_POINTS if after_write else NAMED_POINTS))
     if mode == "delay":
         return Kill("delay", delay=rng.uniform(0.5, est_run_s))
     return Kill(mode)
@@ -90,7 +99,7 @@ def _choose_kill(rng: random.Random, est_run_s: float) -> Kill:
 
 def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None = None,
               log: Callable[[str], None] | None = None, keep: bool = False,
-              attempts_per_step: tuple[int, ...] = (1, 1, 2)) -> Figures:
+              attempts_per_step: tuple[int, ...] = (1, 1, 2), after_write: bool = False) -> Figures:
     """Kill the job at least ``kills`` times over random workloads (or until ``max_seconds``).
 
     Every landing step: a number of kill attempts drawn from ``attempts_per_step`` (each run
@@ -98,7 +107,8 @@ def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None
     is compared with the reference model. The run ends with the first step by which ``kills``
     were delivered and the comparisons covered quarantine and DDL-log rows. A failure is
     recorded with everything needed to reproduce it (workload seed and format, the kills so far)
-    and ends that workload.
+    and ends that workload. ``after_write``: only kills that land after the batch's first write
+    (named points from ``after_side_tables`` on, the first new Delta commit).
     """
     log = log or (lambda m: print(m, flush=True))
     rng = random.Random(seed)
@@ -125,13 +135,14 @@ def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None
             for _ in range(rng.choice(attempts_per_step)):
                 if fig.kills >= kills:
                     break
-                kill = _choose_kill(rng, est_run)
+                kill = _choose_kill(rng, est_run, after_write)
                 out = run_job(yaml, kill, lake=lake)
                 fig.runs += 1
                 history.append(f"step{step_no}:{kill}->{'KILLED' if out.killed else out.returncode}")
                 if out.killed:
                     fig.kills += 1
                     fig.kills_by_mode[kill.mode if kill.mode != "named" else kill.point] += 1
+                    fig.kills_after_table_commit += kill.point in AFTER_TABLE_POINTS
                 elif out.returncode != 0:
                     fig.fail(f"{wl.label}: run with {kill} exited {out.returncode}; "
                                         f"history {history}\n{out.tail()}", out.stderr)
