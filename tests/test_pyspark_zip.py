@@ -104,3 +104,47 @@ def test_spark_python_workers_import_pyspark_from_bytecode(spark) -> None:  # ty
 
     files = spark.sparkContext.parallelize([0], 1).map(where).collect()
     assert files[0].endswith(os.path.join("pyspark.zip", "pyspark", "sql", "types.pyc")), files
+
+
+_BYTECODE_CHECK = r'''
+import importlib.util, json, os, struct, sys
+import pandas, pyarrow, deltalake, yaml  # noqa: F401  (pandas: PySpark imports it for a SparkContext)
+import cdc_lake.cdc.job, cdc_lake.enrich.job, cdc_lake.airflow.operator  # noqa: F401
+stale, ok = [], 0
+for m in list(sys.modules.values()):
+    src = getattr(m, "__file__", None) or ""
+    if not src.endswith(".py") or not src.startswith(tuple(sys.argv[1:])):
+        continue
+    pyc = importlib.util.cache_from_source(src)
+    try:
+        with open(pyc, "rb") as f:
+            head = f.read(16)
+        flags, mtime, size = struct.unpack("<III", head[4:16])
+        good = head[:4] == importlib.util.MAGIC_NUMBER and (flags != 0 or (
+            mtime == int(os.stat(src).st_mtime) & 0xFFFFFFFF and size == os.stat(src).st_size & 0xFFFFFFFF))
+    except OSError:
+        good = False
+    if good:
+        ok += 1
+    else:
+        stale.append(src)
+print(json.dumps({"ok": ok, "stale": stale}))
+'''
+
+
+def test_installed_packages_are_imported_from_bytecode() -> None:
+    """Setup byte-compiles .venv (scripts/bootstrap.sh): where PYTHONDONTWRITEBYTECODE
+    is set (the CI machines) Python never writes bytecode itself, and every job, task and worker
+    process would compile pandas, Airflow and the rest from source again (~2 s for pandas)."""
+    import json
+    import site
+
+    roots = site.getsitepackages()  # (src/ is compiled on every bootstrap, then edited at will)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([sys.executable, "-c", _BYTECODE_CHECK, *roots], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["ok"] > 300, res
+    assert not res["stale"], (f"{len(res['stale'])} imported modules have no valid bytecode, e.g. "
+                              f"{res['stale'][:5]}: run scripts/bootstrap.sh (make setup)")
