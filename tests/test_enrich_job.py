@@ -499,6 +499,13 @@ def test_events_source_watermark_dedup_and_dropped_count(spark, tmp_path: Path) 
     assert s2["facts_read"] == 0 and len(lake.rows("gold/_quarantine", "reason")) == 1
 
 
+def _file_of(uri: str) -> Path:
+    """A quarantine row's source_file (Spark's ``_metadata.file_path``: ``file:/...``) as a path."""
+    from urllib.parse import unquote, urlsplit
+
+    return Path(unquote(urlsplit(uri).path))
+
+
 # string: the stand-in path (bigint takes it too: slow tier, CI budget); int: the bypass (union)
 @pytest.mark.parametrize("id_type", ["string", pytest.param("bigint", marks=pytest.mark.slow), "int"])
 def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tmp_path: Path,
@@ -550,6 +557,8 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     assert s["quarantined"] == len(q) == 6, q
     assert sorted(json.loads(r)["qty"] for r, why in q if "is null" in why) == [5, 6]
     assert sorted(r for r, why in q if "malformed JSON line" in why) == sorted(broken)
+    # each names the file it came from (Spark's file URI, as the CDC quarantine does)
+    assert {_file_of(f) for (f,) in lake.rows("gold/_quarantine", "source_file")} == {landing / "a.json"}
     # run 2: an event without an id older than the watermark is quarantined too (the dedup
     # dropped it as late before the job's own late check; tester); a duplicate still goes
     (landing / "b.json").write_text("\n".join(json.dumps(e) for e in [
@@ -559,6 +568,8 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     (late,) = [json.loads(r) for r, _ in lake.rows("gold/_quarantine", "raw_line", "reason")
                if '"qty":11' in r]
     assert late["event_ts"].startswith("2020-01-01"), late
+    assert [_file_of(f) for r, f in lake.rows("gold/_quarantine", "raw_line", "source_file")
+            if '"qty":11' in r] == [landing / "b.json"]
     # the checkpoint is checked before the stream like the CDC job's (a missing metadata file)
     from cdc_lake.checkpoint_log import CheckpointDamaged
 

@@ -23,6 +23,7 @@ import textwrap
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pytest
@@ -62,6 +63,7 @@ class Landing:
         self.dir.mkdir()
         self.id_type = id_type
         self.files: list[list[dict]] = []
+        self.names: list[str] = []
         self.mtime = time.time() - 1000
 
     def ident(self, i: str):  # type: ignore[no-untyped-def]
@@ -75,6 +77,7 @@ class Landing:
         self.mtime += 10
         os.utime(f, (self.mtime, self.mtime))
         self.files.append(rows)
+        self.names.append(name)
         return rows
 
     def truth(self) -> tuple[set, set]:
@@ -119,6 +122,12 @@ def _check(tmp_path: Path, landing: Landing, summaries: list[dict], null_ids: in
     for r in late_rows:  # the reason names the event id, its time and the watermark
         ev = json.loads(r["raw_line"])
         assert f"event_id {ev['event_id']}" in r["reason"] and "watermark" in r["reason"], r
+    for r in q:  # the file the line came from (also for late rows Spark's dedup dropped)
+        f = Path(unquote(urlsplit(r["source_file"]).path))
+        assert f.parent == landing.dir and f.name in landing.names, r
+        ev = json.loads(r["raw_line"])
+        if ev.get("event_id") is not None:
+            assert ev["event_id"] in {e["event_id"] for e in landing.files[landing.names.index(f.name)]}, r
     assert sum(1 for r in q if "is null" in r["reason"]) == null_ids
     assert sum(s["dropped_by_watermark"] for s in summaries) == len(late)
     assert sum(s["quarantined"] for s in summaries) == len(q) == len(late) + null_ids

@@ -39,7 +39,9 @@ RESERVED = ("_unknown_members", "_fact_version", "_enriched_batch", "_dim_versio
             # silently left out of the enriched table (`_reason`)
             "_is_delete", "_fate", "_bad", "_tie", "_reason", "_prev_missing", "_origin",
             "_stored_version", "_rn", "__n", "__versions", "__sum", "__corrupt_line",
-            "__event_time_kept", "__no_id")
+            "__event_time_kept", "__no_id", "__source_file")
+# Events: the file a line came from (Spark's ``_metadata.file_path``), for the quarantine.
+SOURCE_FILE = "__source_file"
 # Events: the text of a line that is not JSON or holds a value not of its schema type (Spark's
 # corrupt-record column), carried to the quarantine.
 CORRUPT = "__corrupt_line"

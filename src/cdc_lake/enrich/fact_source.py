@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from cdc_lake.config import FILE_SOURCE_MAX_AGE
 from cdc_lake.engines import Engine
-from cdc_lake.enrich.config import CORRUPT, EnrichConfig
+from cdc_lake.enrich.config import CORRUPT, SOURCE_FILE, EnrichConfig
 
 START_FILE = "enrich_start.json"
 
@@ -81,7 +81,8 @@ def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
     if not files:
         return None
     df = (spark.read.schema(f"{ev.ddl}, `{CORRUPT}` string")
-          .option("columnNameOfCorruptRecord", CORRUPT).json([_hadoop_path(u) for u in files]))
+          .option("columnNameOfCorruptRecord", CORRUPT).json([_hadoop_path(u) for u in files])
+          .select("*", F.col("_metadata.file_path").alias(SOURCE_FILE)))
     late = (F.col(f"`{ev.id}`").isNotNull() & F.col(f"`{CORRUPT}`").isNull()
             & (F.col(f"`{ev.time}`") <= F.timestamp_millis(F.lit(wm))))
     return df.where(late), wm
@@ -107,7 +108,8 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery
         df = (spark.readStream.schema(f"{ev.ddl}, `{CORRUPT}` string")
               .option("columnNameOfCorruptRecord", CORRUPT)
               .option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
-              .option("maxFileAge", FILE_SOURCE_MAX_AGE).json(str(ev.path)))
+              .option("maxFileAge", FILE_SOURCE_MAX_AGE).json(str(ev.path))
+              .select("*", F.col("_metadata.file_path").alias(SOURCE_FILE)))  # for the quarantine
         return _dedupe_events(df, ev.id, ev.time, ev.watermark, ev.schema.get(ev.id, ""))
     from cdc_lake.sources.change_feed import read_change_feed
 

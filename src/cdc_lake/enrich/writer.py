@@ -40,7 +40,7 @@ from cdc_lake.engines.base import arrow_frame
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import keys as keys_mod
 from cdc_lake.enrich import pending as pd
-from cdc_lake.enrich.config import CORRUPT, EnrichConfig
+from cdc_lake.enrich.config import CORRUPT, SOURCE_FILE, EnrichConfig
 from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensions
 from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_file, read_at,
@@ -212,7 +212,7 @@ class EnrichBatch:
         self.stats.dropped_late += counts.get((True, True), 0)
         self.stats.facts_read += sum(counts.values())
         phases.mark("read")
-        changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie", CORRUPT)
+        changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie", CORRUPT, SOURCE_FILE)
         # Guard: a change not newer than the stored version of its fact changes nothing.
         stored = [df.select(*cols(k), "_fact_version") for df in (enriched0, pending0) if df is not None]
         if stored:
@@ -275,8 +275,11 @@ class EnrichBatch:
             writes.append((f"aggregate:{a.name}", a.path, deltas, agg_mod.merge_spec(a, types)))
         if n_bad:
             self.stats.quarantined += n_bad
+            # events: the line's own file; a change feed: the table (its rows have no file)
+            source_file = (F.coalesce(F.col(SOURCE_FILE), F.lit(cfg.fact.label))
+                           if SOURCE_FILE in norm.columns else F.lit(cfg.fact.label))
             writes.append(("quarantine", cfg.outputs.quarantine, norm.where("_bad").select(
-                F.lit(cfg.fact.label).alias("source_file"),
+                source_file.alias("source_file"),
                 _raw_line(norm, all_fact_cols).alias("raw_line"),
                 F.make_valid_utf8("_reason").alias("reason"),
                 F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
