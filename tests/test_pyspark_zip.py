@@ -147,4 +147,4 @@ def test_installed_packages_are_imported_from_bytecode() -> None:
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["ok"] > 300, res
     assert not res["stale"], (f"{len(res['stale'])} imported modules have no valid bytecode, e.g. "
-                              f"{res['stale'][:5]}: run scripts/bootstrap.sh (make setup)")
+                              f"{res['stale'][:5]}: rm .venv/.cdc-bytecode && make setup (compiles .venv again)")
