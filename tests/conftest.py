@@ -46,6 +46,12 @@ def _spark_builder():  # type: ignore[no-untyped-def]
     if os.environ.get("CDC_TEST_JIT") == "c1":
         for k, v in LAUNCH_CONF.items():
             b = b.config(k, v)
+    # A small CDC run evaluates expressions interpreted (config.codegen_conf); this session does
+    # what the job's own session would do for CDC_TEST_CODEGEN=interpreted | generated.
+    from cdc_lake.config import INTERPRETED_CONF
+    if os.environ.get("CDC_TEST_CODEGEN") == "interpreted":
+        for k, v in INTERPRETED_CONF.items():
+            b = b.config(k, v)
     from cdc_lake.spark_session import COMPRESSED_CACHE, BASE_CONF
     b = b.config(COMPRESSED_CACHE, "false")  # the product's batch caches
     for k, v in BASE_CONF.items():  # and every session setting the product's jobs run with

@@ -144,6 +144,7 @@ def test_trigger_with_conf_runs_job(live, pipeline):
     assert summary["status"] == "succeeded" and summary["pipeline"] == cfg.name
     assert summary["events_read"] == sc.events_written
     assert summary["driver_jit"] == "C1", summary  # a small backlog: the operator chose C1 only
+    assert summary["codegen"] == "interpreted", summary  # and the job interpreted expressions
     # max_files_per_trigger=1 reached the job: one micro-batch per landing file
     assert summary["batches"] == len(files), summary
     pending = sc.pending_table_events()

@@ -21,7 +21,8 @@ from airflow_env import DAGS_FOLDER, REPO, airflow_db  # noqa: F401
 from cdc_lake.cdc.backlog import Backlog, backlog, nothing_new
 from cdc_lake.cdc.job import run_pipeline
 from cdc_lake import jvm_archive
-from cdc_lake.config import C1_ONLY, DRIVER_JAVA_OPTIONS, ConfigError, launch_conf, load_pipeline
+from cdc_lake.config import (C1_ONLY, DRIVER_JAVA_OPTIONS, INTERPRETED_CONF, ConfigError, codegen_conf,
+                             launch_conf, load_pipeline)
 
 
 def _event(i: int) -> str:
@@ -107,6 +108,28 @@ def test_launch_conf_threshold_and_config(tmp_path):
         load_pipeline(_pipeline(tmp_path / "c", "spark: {full_jit_from_mb: -1}\n"))
 
 
+def test_codegen_conf_threshold_and_config(tmp_path):
+    """Interpreted expressions below ``spark.interpreted_below_mb`` (default 8 MiB) of backlog;
+    generated code from there on, and for an unknown backlog (it cannot be ruled small)."""
+    mib = 2**20
+    assert codegen_conf(0) == codegen_conf(8 * mib - 1) == INTERPRETED_CONF
+    assert codegen_conf(8 * mib) == codegen_conf(None) == {}
+    assert codegen_conf(0, interpreted_below_mb=0) == {}
+    assert codegen_conf(10 * mib, interpreted_below_mb=11) == INTERPRETED_CONF
+
+    from cdc_lake.spark_session import session_conf
+    a = load_pipeline(_pipeline(tmp_path / "a"))
+    assert a.interpreted_below_mb == 8
+    assert INTERPRETED_CONF.items() <= session_conf(a, backlog_bytes=mib).items()
+    assert not set(INTERPRETED_CONF) & set(session_conf(a, backlog_bytes=64 * mib))
+    mine = load_pipeline(_pipeline(tmp_path / "m", "spark: {conf: {spark.sql.codegen.wholeStage: 'true'}}\n"))
+    assert session_conf(mine, backlog_bytes=mib)["spark.sql.codegen.wholeStage"] == "true"  # the pipeline's
+    off = load_pipeline(_pipeline(tmp_path / "b", "spark: {interpreted_below_mb: 0}\n"))
+    assert off.interpreted_below_mb == 0 and not set(INTERPRETED_CONF) & set(session_conf(off, backlog_bytes=1))
+    with pytest.raises(ConfigError, match=r"spark\.interpreted_below_mb: expected an integer >= 0, got -1"):
+        load_pipeline(_pipeline(tmp_path / "c", "spark: {interpreted_below_mb: -1}\n"))
+
+
 def _operator(cfg_path: Path):  # type: ignore[no-untyped-def]
     from cdc_lake.airflow.operator import CdcSparkSubmitOperator
 
@@ -140,15 +163,17 @@ def test_operator_picks_the_driver_jit_from_the_backlog(tmp_path):
 
 def test_real_spark_submit_runs_the_jit_the_operator_chose(monkeypatch, tmp_path, airflow_db):
     """Through DAG -> operator -> real spark-submit: with ``full_jit_from_mb: 0`` any backlog is
-    big, and the driver JVM must run without the C1-only flag (read from its input arguments).
-    The small default (C1) is checked by test_airflow_live's triggered run."""
+    big, and the driver JVM must run without the C1-only flag (read from its input arguments);
+    with ``interpreted_below_mb: 0`` the job's session generates code. The small defaults (C1,
+    interpreted) are checked by test_airflow_live's triggered run."""
     from airflow.dag_processing.dagbag import DagBag
 
     from test_dag_e2e import task_result
 
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
-    cfg_path = _pipeline(tmp_path, "spark: {full_jit_from_mb: 0, conf: {spark.ui.enabled: 'false'}}\n")
+    cfg_path = _pipeline(tmp_path, "spark: {full_jit_from_mb: 0, interpreted_below_mb: 0, "
+                         "conf: {spark.ui.enabled: 'false'}}\n")
     cfg_path.rename(pipelines / "p.yaml")
     _land(tmp_path / "landing", "a.json", 0, 4)
     name = load_pipeline(pipelines / "p.yaml").name
@@ -161,6 +186,7 @@ def test_real_spark_submit_runs_the_jit_the_operator_chose(monkeypatch, tmp_path
     state, _, summary = task_result(dr)
     assert state == "success", f"task {state}; see the spark-submit output above"
     assert summary["events_read"] == 4 and summary["driver_jit"] == "C1+C2", summary
+    assert summary["codegen"] == "generated", summary  # interpreted_below_mb: 0
 
 
 def test_an_offsets_file_of_another_kind_of_source_is_exit_3_naming_it(tmp_path):

@@ -70,3 +70,35 @@ def test_a_batch_like_the_one_before_compiles_no_new_code(spark, tmp_path):
         assert row["batch_id"] == batch_id, row
         assert row["run_id"] == f"r{run}"
         assert start <= row["quarantined_at"] <= end, (row, start, end)
+
+
+def test_a_small_run_evaluates_interpreted_and_compiles_almost_nothing(spark, tmp_path):
+    """A small CDC run's session evaluates expressions interpreted (``config.codegen_conf``, set
+    by the job when it builds its session for a backlog under ``spark.interpreted_below_mb``):
+    the micro-batch must then compile next to nothing, where code generation compiles about a
+    hundred classes for the first batch of a fresh JVM. The settings are the session's; the
+    streaming query runs on a clone of it, so this checks that the clone's batches obey them.
+    The job's choice itself is read back from its summary (``codegen``) in test_backlog and
+    test_airflow_live."""
+    from cdc_lake.config import INTERPRETED_CONF, codegen_conf, codegen_mode
+
+    assert codegen_conf(800 * 300) == INTERPRETED_CONF
+    cfg = pipeline(tmp_path, extra="  products: {keys: [id]}\n  order_lines: {keys: [id], scd: 2}\n")
+    saved = {k: spark.conf.get(k) for k in INTERPRETED_CONF}
+    try:
+        for k, v in INTERPRETED_CONF.items():
+            spark.conf.set(k, v)
+        assert codegen_mode(spark.conf.get) == "interpreted"
+        compiled = []
+        for run in range(2):
+            land(tmp_path / "landing", f"maxwell-{run}.json", *_increment(run + 10))
+            before = _compiled(spark)
+            summary = run_pipeline(cfg, spark=spark, run_id=f"i{run}")
+            compiled.append(_compiled(spark) - before)
+            assert summary["quarantined"] == 1 and summary["events_read"] == 42, summary
+    finally:
+        for k, v in saved.items():
+            spark.conf.set(k, v)
+    assert codegen_mode(spark.conf.get) == "generated"
+    # what interpreted mode still compiles: the columnar cache's accessors, a few projections
+    assert max(compiled) <= 25, f"classes compiled per interpreted run {compiled}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -88,6 +89,45 @@ def launch_conf(backlog_bytes: int | None, full_jit_from_mb: int = FULL_JIT_FROM
     if archive:
         opts.append(archive)
     return {DRIVER_JAVA_OPTIONS: " ".join(opts)} if opts else {}
+
+
+# Spark's expression evaluation, per run. Spark compiles Java code for every operator of a
+# query (whole-stage code generation, Janino) the first time the JVM sees it; a scheduled run is
+# a fresh JVM whose CDC batch has about a hundred such classes (2-3 s of compiling on 2 cores)
+# and a few hundred rows to run them on. Interpreted evaluation skips the compiling and loses
+# per row. Measured 2026-11-29 (spark-submits of the CDC job alternating on one lake, C1 JIT,
+# median of 2-4 pairs; docs/benchmarks.md): 800 events 10.84 -> 9.86 s, 5k 13.59 -> 12.48,
+# 20k (6.5 MB) 14.96 -> 14.12, 60k (19.5 MB) 17.37 -> 20.43, 200k 30.2 -> 45.2 s. Both settings
+# are plain SQL confs (``factoryMode`` is internal: Spark's own suites run every expression in
+# both modes); a pipeline that sets either in ``spark.conf`` decides itself.
+INTERPRETED_CONF = {"spark.sql.codegen.wholeStage": "false",
+                    "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+INTERPRETED_BELOW_MB = 8  # CDC default of ``spark.interpreted_below_mb``
+
+
+def codegen_conf(backlog_bytes: int | None,
+                 interpreted_below_mb: int = INTERPRETED_BELOW_MB) -> dict[str, str]:
+    """Session confs for a run that will read ``backlog_bytes``: interpreted expressions (no
+    generated code) below ``interpreted_below_mb`` MiB, Spark's default (generated code) from
+    there on and when the backlog is unknown (``None``: its size cannot be ruled small).
+
+    Example::
+
+        codegen_conf(300_000)       # INTERPRETED_CONF: {'spark.sql.codegen.wholeStage': 'false',
+                                    #   'spark.sql.codegen.factoryMode': 'NO_CODEGEN'}
+        codegen_conf(64 * 2**20)    # {}
+        codegen_conf(300_000, 0)    # {} (0: always generated code)
+    """
+    if backlog_bytes is None or backlog_bytes >= interpreted_below_mb * 2**20:
+        return {}
+    return dict(INTERPRETED_CONF)
+
+
+def codegen_mode(get_conf: Callable[[str], str | None]) -> str:
+    """``"interpreted"`` when a session runs both settings of :data:`INTERPRETED_CONF`, else
+    ``"generated"``; ``get_conf(key)`` reads the session's value (``spark.conf.get``)."""
+    interpreted = all(str(get_conf(k)).lower() == v.lower() for k, v in INTERPRETED_CONF.items())
+    return "interpreted" if interpreted else "generated"
 
 
 def driver_jit(java_options: str | None) -> str | None:

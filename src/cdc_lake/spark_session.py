@@ -13,7 +13,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import FULL_JIT_FROM_MB, launch_conf
+from cdc_lake.config import FULL_JIT_FROM_MB, codegen_conf, launch_conf
 
 COMPRESSED_CACHE = "spark.sql.inMemoryColumnarStorage.compressed"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"  # static: set when the session starts
@@ -49,13 +49,17 @@ def delta_spark_conf(cfg: PipelineConfig) -> dict[str, str]:
 
 def session_conf(cfg: PipelineConfig, backlog_bytes: int | None = None) -> dict[str, str]:
     """Confs of a session built here; the driver JVM options follow the run's backlog
-    (:func:`cdc_lake.config.launch_conf`, with the JVM class archive when one is built) unless
-    the pipeline's spark conf sets them."""
+    (:func:`cdc_lake.config.launch_conf`, with the JVM class archive when one is built), and so
+    does a CDC run's expression evaluation (:func:`cdc_lake.config.codegen_conf`), unless the
+    pipeline's spark conf sets them."""
     from cdc_lake.jvm_archive import option
 
     conf = {**launch_conf(backlog_bytes, getattr(cfg, "full_jit_from_mb", FULL_JIT_FROM_MB),
                           archive=option()),
             **BASE_CONF}
+    below = getattr(cfg, "interpreted_below_mb", None)  # CDC pipelines: their job sizes the backlog
+    if below is not None:
+        conf.update(codegen_conf(backlog_bytes, below))
     if cfg.engine == "delta-spark" or (cfg.delta_spark.jars_dir and cfg.engine == "auto"):
         conf.update(delta_spark_conf(cfg))
     conf.update(cfg.spark_conf)

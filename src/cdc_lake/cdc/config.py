@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (FULL_JIT_FROM_MB, NAME_RE, TRIGGERS, TYPE_RE, ConfigError,
+from cdc_lake.config import (FULL_JIT_FROM_MB, INTERPRETED_BELOW_MB, NAME_RE, TRIGGERS, TYPE_RE, ConfigError,
                              DeltaSparkSettings, Reader, Schedule, parse_maintenance, parse_runtime,
                              parse_schedule)
 from cdc_lake.locks import LockSettings
@@ -103,6 +103,9 @@ class PipelineConfig:
     maintenance: Any = None  # ``maintenance:`` -> cdc_lake.maintenance.MaintenanceSettings, or None
     # ``spark.full_jit_from_mb``: a run whose backlog reaches it gets the full JIT (config.launch_conf)
     full_jit_from_mb: int = FULL_JIT_FROM_MB
+    # ``spark.interpreted_below_mb``: a run whose backlog is under it evaluates expressions
+    # without generated code (config.codegen_conf)
+    interpreted_below_mb: int = INTERPRETED_BELOW_MB
 
     def table_path(self, table: str) -> Path:
         return self.tables[table].path
@@ -179,7 +182,7 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
     if landing is None or root is None:  # unreachable: required=True raised; narrows the types
         raise r.fail("storage.root", "is required")
 
-    runtime = parse_runtime(r, spark_keys=("full_jit_from_mb",))
+    runtime = parse_runtime(r, spark_keys=("full_jit_from_mb", "interpreted_below_mb"))
 
     tables_raw = r.raw.get("tables")
     if not isinstance(tables_raw, dict) or not tables_raw:
@@ -250,6 +253,8 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         maintenance=parse_maintenance(r),
         full_jit_from_mb=_int_or(r.section("spark").int("full_jit_from_mb", default=FULL_JIT_FROM_MB,
                                                          minimum=0), FULL_JIT_FROM_MB),
+        interpreted_below_mb=_int_or(r.section("spark").int(
+            "interpreted_below_mb", default=INTERPRETED_BELOW_MB, minimum=0), INTERPRETED_BELOW_MB),
     )
 
 
