@@ -419,8 +419,10 @@ def _bounds(res: dict[str, Any]) -> str:
         "`tests/test_codegen_reuse.py` checks that the batch then compiles next to nothing, red "
         "without the settings: 139 and 71 classes), and the read+count reference of the small "
         "case gets the same settings. The enrichment job keeps generated code: its Spark work "
-        "also scans the dimension tables, whose size its backlog does not measure (800 fact "
-        "changes 17.54 -> 16.89 s interpreted, 3 pairs; 200k facts 19.9 -> 23.6 s, 2 pairs). "
+        "also scans the dimension tables, whose size its backlog does not measure, and the gain on "
+        "a small run is not clear (800 fact changes, 7 pairs in two sets: medians 17.54 -> 16.89 "
+        "and 19.86 -> 18.48 s, but interpreted faster in only 4 of the 7 pairs, and the batch's "
+        "own steps no faster; 200k facts 19.9 -> 23.6 s, 2 pairs). "
         "`--cases small` right after: CDC small 12.92 s vs 5.82 s, 2.71 -> 2.22x.")
     return "\n\n".join(lines)
 
