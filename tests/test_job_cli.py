@@ -111,3 +111,43 @@ def test_unknown_or_abbreviated_options_are_refused_naming_the_valid_ones(tmp_pa
     assert words in r.stderr and "Valid options: --full-refresh, --help, --max-files-per-trigger, " \
         "--pipeline, --run-id, --tables" in r.stderr, r.stderr
     assert not (tmp_path / "lake").exists()  # nothing ran
+
+
+def test_a_spark_conf_value_spark_refuses_is_a_config_error_naming_key_and_value(tmp_path):
+    """Tester, 2026-11-28: ``spark.conf: {spark.sql.shuffle.partitions: abc}`` failed the run
+    with exit 1 (Airflow retried it) and the cause far up the log. Spark only checks a SQL conf
+    value when the session is first used, so the job checks there: exit 2 (no retry), naming the
+    file, the key and the value; nothing is written and the lock is free again. Run through a
+    real spark-submit (the conf reaches Spark's own launcher, as from the operator)."""
+    import os
+
+    p = _yaml(tmp_path, GOOD + "spark: {conf: {spark.sql.shuffle.partitions: abc}}\n")
+    (tmp_path / "landing" / "a.json").write_text(
+        '{"database": "shop", "table": "orders", "type": "insert", "ts": 1795000000, "xid": 1, '
+        '"xoffset": 0, "data": {"id": 1}}\n', encoding="utf-8")
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                        "--conf", "spark.sql.shuffle.partitions=abc", "--conf",
+                        f"spark.pyspark.python={sys.executable}", str(JOB), "--pipeline", str(p),
+                        "--run-id", "bad-conf"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2, r.stderr[-3000:]
+    last = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("[cdc]")][-1]
+    assert last.startswith(f"[cdc] CONFIG ERROR: {p}: spark.conf.spark.sql.shuffle.partitions: "
+                           "Spark refused 'abc'"), last
+    assert "INVALID_CONF_VALUE" in last
+    assert not (tmp_path / "lake" / "orders").exists()
+    lock = lock_for(load_pipeline(p).checkpoint_path)
+    lock.acquire("next")  # released by the failed run
+    lock.release()
+
+
+def test_a_refused_conf_value_not_from_the_pipeline_says_so():
+    from cdc_lake.spark_session import refused_conf
+
+    cfg = load_pipeline(REPO / "pipelines" / "shop_maxwell.yaml")
+    err = refused_conf(cfg, ValueError('[INVALID_CONF_VALUE.TYPE_MISMATCH] The value \'x\' in the '
+                                       'config "spark.sql.ansi.enabled" is invalid.'))
+    assert err is not None and err.key == "spark.conf" and "spark-defaults.conf" in str(err), err
+    assert "spark.sql.ansi.enabled" in str(err)
+    assert refused_conf(cfg, RuntimeError("Py4JNetworkError: boom")) is None

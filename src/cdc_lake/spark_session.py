@@ -8,12 +8,13 @@ this builds a ``local[*]`` session.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from pyspark.sql import SparkSession
 
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import FULL_JIT_FROM_MB, codegen_conf, launch_conf
+from cdc_lake.config import FULL_JIT_FROM_MB, ConfigError, codegen_conf, launch_conf
 
 COMPRESSED_CACHE = "spark.sql.inMemoryColumnarStorage.compressed"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"  # static: set when the session starts
@@ -80,6 +81,17 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None, *,
     for k, v in session_conf(cfg, backlog_bytes).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    try:  # the session's SQL conf is built (and each value checked) on first use
+        _session_defaults(spark, cfg)
+    except Exception as e:  # noqa: BLE001 - re-raised unless it is a refused conf value
+        refused = refused_conf(cfg, e)
+        if refused is None:
+            raise
+        raise refused from None
+    return spark
+
+
+def _session_defaults(spark: SparkSession, cfg: PipelineConfig) -> None:
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     defaults = {
         # AQE is off in streaming, so the default 200 shuffle partitions would mean 200 tiny tasks
@@ -93,7 +105,27 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None, *,
     for key, value in defaults.items():
         if not spark.sparkContext.getConf().contains(key) and key not in cfg.spark_conf:
             spark.conf.set(key, value)  # unless spark-defaults, --conf or the pipeline set it
-    return spark
+
+
+def refused_conf(cfg: PipelineConfig, e: BaseException) -> ConfigError | None:
+    """A :class:`ConfigError` for a session Spark would not create because a conf value is
+    invalid (``INVALID_CONF_VALUE``: ``spark.sql.shuffle.partitions: abc``), naming the key,
+    the value and where it came from; None for any other failure. A wrong value is not
+    transient: the job exits 2 (config error, no retry) instead of 1 (tester, 2026-11-28)::
+
+        except Exception as e:
+            raise refused_conf(cfg, e) or e
+    """
+    text = str(e)
+    if "INVALID_CONF_VALUE" not in text:
+        return None
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
+    m = re.search(r'config "([^"]+)"', first)
+    key = m.group(1) if m else None
+    if key is not None and key in cfg.spark_conf:
+        return ConfigError(cfg.file, f"spark.conf.{key}", f"Spark refused {cfg.spark_conf[key]!r}: {first}")
+    return ConfigError(cfg.file, "spark.conf", f"Spark refused a conf value that is not in this file "
+                       f"(spark-defaults.conf or a --conf of the launch): {first}")
 
 
 def driver_java_options(spark: SparkSession) -> str | None:
