@@ -20,7 +20,7 @@ import random
 from datetime import datetime, timezone
 
 from deltalake import DeltaTable
-from job_helpers import event, land, pipeline
+from job_helpers import event, land, pipeline, run_cli
 
 from cdc_lake.cdc.job import run_pipeline
 
@@ -102,3 +102,23 @@ def test_a_small_run_evaluates_interpreted_and_compiles_almost_nothing(spark, tm
     assert codegen_mode(spark.conf.get) == "generated"
     # what interpreted mode still compiles: the columnar cache's accessors, a few projections
     assert max(compiled) <= 25, f"classes compiled per interpreted run {compiled}"
+
+
+def test_a_run_on_a_session_the_process_already_has_leaves_its_code_generation(spark, tmp_path):
+    """The job's ``main()`` in a process that already runs a session (a notebook, tests):
+    ``getOrCreate`` hands that session back and applies the job's confs to it for good, so the
+    small run's interpreted evaluation would outlive the run (it did: a default-tier run turned
+    one test worker's shared session interpreted, 2026-11-29). The job leaves the owner's
+    choice: the session still generates code, and the summary says so."""
+    import json as _json
+
+    from cdc_lake.config import codegen_mode
+
+    assert codegen_mode(spark.conf.get) == "generated"
+    cfg = pipeline(tmp_path)
+    land(tmp_path / "landing", "maxwell-0.json", *_increment(20))
+    r = run_cli(spark, cfg.file, run_id="in-process")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert codegen_mode(spark.conf.get) == "generated", "the run switched the caller's session"
+    summary = _json.loads((cfg.runs_path / cfg.name / "in-process.json").read_text())
+    assert summary["codegen"] == "generated", summary

@@ -11,10 +11,11 @@ import os
 import re
 import sys
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import FULL_JIT_FROM_MB, ConfigError, codegen_conf, launch_conf
+from cdc_lake.config import FULL_JIT_FROM_MB, INTERPRETED_CONF, ConfigError, codegen_conf, launch_conf
 
 COMPRESSED_CACHE = "spark.sql.inMemoryColumnarStorage.compressed"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"  # static: set when the session starts
@@ -78,7 +79,15 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None, *,
     # is handed a gateway port. Only a bare `python ...` run picks local mode itself.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master("local[*]").config("spark.ui.showConsoleProgress", "false")
-    for k, v in session_conf(cfg, backlog_bytes).items():
+    conf = session_conf(cfg, backlog_bytes)
+    if SparkContext._active_spark_context is not None:
+        # getOrCreate will hand back a session this process already runs (a notebook, a test
+        # calling the job's main()) and apply these confs to it for good: its expression
+        # evaluation stays the owner's choice (it would outlive this run).
+        for key in INTERPRETED_CONF:
+            if key not in cfg.spark_conf:
+                conf.pop(key, None)
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     try:  # the session's SQL conf is built (and each value checked) on first use
@@ -162,7 +171,6 @@ def stopped_context_hint(error_text: str) -> str | None:
     """
     if STOPPED_CONTEXT not in error_text:
         return None
-    from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context
     master = getattr(sc, "master", None) or "?"
