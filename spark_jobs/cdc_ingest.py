@@ -101,7 +101,10 @@ def _human(s: dict) -> list[str]:
              f"{s['batch_ids']}, {s['events_read']} events read, {s['quarantined']} quarantined, "
              f"{s['ddl_events']} DDL, engine {s['engine']}, {s['duration_s']} s, "
              f"status {s['status']}"]
-    if s.get("quarantined"):
+    if s.get("quarantined") and s.get("full_refresh"):
+        lines.append(f"[cdc]   LEFT OUT {s['quarantined']} of {s['events_read']} events (in the "
+                     "quarantine table from the runs that first read them)")
+    elif s.get("quarantined"):
         lines.append(f"[cdc]   QUARANTINED {s['quarantined']} of {s['events_read']} events "
                      f"(see the quarantine table; run_id = {s['run_id']})")
     for r in (s.get("quarantine_threshold") or {}).get("top_reasons", []):

@@ -122,5 +122,16 @@ def test_full_refresh_keeps_the_types_the_incremental_runs_gave_and_quarantines_
     incremental = state()
     assert "long" in incremental[0]["qty"] and "decimal" in incremental[0]["price"], incremental
     assert [r[0] for r in incremental[1]] == [1, 2, 3, 5], incremental
-    run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
+    refresh = run_pipeline(cfg, spark=spark, run_id="refresh", tables=["orders"], full_refresh=True)
     assert state() == incremental, (state(), incremental)
+    # the summary counts the line the rebuild left out (it said 0); the quarantine keeps its one row
+    assert refresh["quarantined"] == 1, refresh
+    assert DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().num_rows == 1
+    # a per-run quarantine limit judges incremental runs only: the rebuild's count is history
+    import dataclasses
+
+    from cdc_lake.quarantine_limits import QuarantineLimits
+    strict = dataclasses.replace(cfg, quarantine_limits=QuarantineLimits(max_rows=0))
+    again = run_pipeline(strict, spark=spark, run_id="refresh2", tables=["orders"], full_refresh=True)
+    assert again["status"] == "succeeded" and again["quarantined"] == 1, again
+    assert state() == incremental

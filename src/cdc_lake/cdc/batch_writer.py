@@ -92,6 +92,17 @@ class Phases:
         self.t = now
 
 
+# A full refresh's frame of the lines it leaves out (counted, not written: see _process)
+LEFT_OUT = "side:left_out"
+
+
+def _union(parts: list[DataFrame]) -> DataFrame:
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
 def _crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         print(f"[cdc] fault injection: SIGKILL at {name}", flush=True)
@@ -283,11 +294,18 @@ class BatchWriter:
         frames: dict[str, DataFrame] = {}
         if self.targets.write_side_tables:
             frames.update(self._side_frames(ev, rejected_parts, seen.ddl, batch_id, txn))
+        elif rejected_parts:  # a full refresh: the quarantine already holds these lines (the
+            # runs that first read them wrote it); count what the rebuild leaves out all the same
+            frames[LEFT_OUT] = _union(rejected_parts).select("source_table")
         for plan, changes, existing in work:
             for part, df in self._table_frames(plan, changes, txn, existing).items():
                 frames[f"{part}:{plan.name}"] = df
         # (bound: the batch's lines; a table's sources hold at most one row or two per change)
         sources = self.engine.compute(frames, rows=2 * seen.events)
+        if LEFT_OUT in sources:
+            left_out = sources.pop(LEFT_OUT)
+            self.stats.quarantined += (left_out.data.num_rows if isinstance(left_out, Computed)
+                                       else left_out.count())
         if self.engine.computes_to_arrow:
             self._finish_scd1(work, sources)
         phases.mark("compute")
@@ -315,10 +333,7 @@ class BatchWriter:
         frames: dict[str, DataFrame] = {}
         q_path, d_path = str(self.cfg.quarantine_path), str(self.cfg.ddl_log_path)
         if rejected_parts and not self.engine.already_committed(q_path, txn):
-            rejected = rejected_parts[0]
-            for part in rejected_parts[1:]:
-                rejected = rejected.unionByName(part)
-            frames["side:quarantine"] = side.conform(rejected.select(
+            frames["side:quarantine"] = side.conform(_union(rejected_parts).select(
                 F.col("_file").alias("source_file"),
                 # a line that is not UTF-8 is shown with U+FFFD (Arrow/Delta strings are UTF-8)
                 F.make_valid_utf8("_line").alias("raw_line"), "reason",
