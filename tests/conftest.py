@@ -46,8 +46,8 @@ def _spark_builder():  # type: ignore[no-untyped-def]
     if os.environ.get("CDC_TEST_JIT") == "c1":
         for k, v in LAUNCH_CONF.items():
             b = b.config(k, v)
-    # A small CDC run evaluates expressions interpreted (config.codegen_conf); this session does
-    # what the job's own session would do for CDC_TEST_CODEGEN=interpreted | generated.
+    # A small CDC run's own session evaluates expressions interpreted (config.codegen_conf); this
+    # one generates code (as enrichment and big CDC runs do) unless CDC_TEST_CODEGEN=interpreted.
     from cdc_lake.config import INTERPRETED_CONF
     if os.environ.get("CDC_TEST_CODEGEN") == "interpreted":
         for k, v in INTERPRETED_CONF.items():
