@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_lake.checkpoint import lock_for
+from cdc_lake.checkpoint import PipelineLocked, lock_for
 from cdc_lake.config import load_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +34,30 @@ storage: {root: lake}
 tables:
   orders: {keys: [id]}
 """
+
+
+def test_deleting_the_lock_file_of_a_running_holder_does_not_let_a_second_run_in(tmp_path):
+    """``rm cdc.lock`` while a run holds it: a second run used to lock a new file and write the
+    same tables at once. The folder lock stops it (exit 75); once the holder ends, runs go on."""
+    p = _yaml(tmp_path, GOOD)
+    cp = load_pipeline(p).checkpoint_path
+    holder = lock_for(cp)
+    holder.acquire("holder-run")
+    try:
+        (cp / "cdc.lock").unlink()
+        r = _cli("--pipeline", str(p), "--run-id", "second")
+        again = lock_for(cp)
+        with pytest.raises(PipelineLocked, match="cdc.lock was deleted or replaced"):
+            again.acquire("third")
+    finally:
+        holder.release()
+    assert r.returncode == 75, r.stderr
+    assert "locked by another run" in r.stderr and "deleted or replaced" in r.stderr
+    assert not (tmp_path / "lake" / "orders").exists()
+    after = lock_for(cp)
+    after.acquire("after")
+    assert "after" in (cp / "cdc.lock").read_text()
+    after.release()
 
 
 @pytest.mark.parametrize("body, key, words", [

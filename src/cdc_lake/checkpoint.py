@@ -5,7 +5,9 @@
   (batch ids restart at 0) never makes new batches look "already written".
 * ``cdc.lock`` — an exclusive ``flock`` held for the whole run: two runs of one pipeline (two
   Airflow runs, a backfill, a CLI run) never process the checkpoint at once. The loser fails
-  fast with :class:`PipelineLocked`; the OS drops the lock if the holder dies.
+  fast with :class:`PipelineLocked`; the OS drops the lock if the holder dies. The run also
+  holds a ``flock`` on the checkpoint folder itself, so deleting ``cdc.lock`` by hand while a
+  run holds it does not let a second run in (it used to: the second run locked a new file).
 * ``cdc_tables.json`` — the Delta tables (and tombstone tables) this checkpoint has written
   (:func:`written_tables` / :func:`record_written_tables`): a table deleted behind the
   checkpoint's back is noticed instead of silently re-created with only new changes.
@@ -44,8 +46,44 @@ class PipelineLocked(RuntimeError):
 
 @dataclass
 class CheckpointLock:
+    """Exclusive lock of one checkpoint folder: ``flock`` on the folder and on ``path`` (which
+    also records the holder). Example::
+
+        lock = lock_for(Path("/lake/_checkpoints/shop"))
+        lock.acquire("manual__2026-11-29")   # PipelineLocked naming the holder if taken
+        try:
+            ...
+        finally:
+            lock.release()
+    """
+
     path: Path
     _fh: IO[str] | None = None
+    _dir_fd: int | None = None
+
+    def _locked(self, holder: str) -> PipelineLocked:
+        return PipelineLocked(
+            f"checkpoint {self.path.parent} is locked by another run ({holder}); "
+            "this run stops without touching it. Wait for that run to finish. The lock is "
+            f"held by a live process (the OS drops it when the holder exits or dies): do not "
+            f"delete {self.path.name}, that does not stop the holder")
+
+    def _lock_folder(self) -> int | None:
+        """``flock`` the checkpoint folder (held with the file lock): the folder cannot be
+        replaced by deleting one file. None where the filesystem cannot lock a folder."""
+        try:
+            fd = os.open(self.path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise
+        except OSError:  # no flock on folders here (some network filesystems): the file lock
+            os.close(fd)
+            return None
+        return fd
 
     def acquire(self, run_id: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,18 +94,22 @@ class CheckpointLock:
             fh.seek(0)
             holder = fh.read().strip() or "unknown holder"
             fh.close()
-            raise PipelineLocked(
-                f"checkpoint {self.path.parent} is locked by another run ({holder}); "
-                "this run stops without touching it. Wait for that run to finish. The lock is "
-                f"held by a live process (the OS drops it when the holder exits or dies): do not "
-                f"delete {self.path.name}, that does not stop the holder, it only lets a second "
-                "run write the same tables at the same time") from None
+            raise self._locked(holder) from None
+        try:
+            dir_fd = self._lock_folder()
+        except BlockingIOError:
+            # the folder is locked but this file was not: the holder's cdc.lock was deleted
+            # (or replaced) while it ran; this file is new and names nobody
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fh.close()
+            raise self._locked(f"holder unknown: its {self.path.name} was deleted or replaced "
+                               "while it ran") from None
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
                              "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
         fh.flush()
-        self._fh = fh
+        self._fh, self._dir_fd = fh, dir_fd
 
     def release(self) -> None:
         if self._fh is not None:
@@ -76,6 +118,10 @@ class CheckpointLock:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
+        if self._dir_fd is not None:
+            fcntl.flock(self._dir_fd, fcntl.LOCK_UN)
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     def __enter__(self) -> CheckpointLock:
         return self
