@@ -253,6 +253,21 @@ def test_own_tables_damaged_three_ways_at_once_stop_with_exit_3_naming_each(spar
     code, out = cli(capsys, yaml, "--run-id", "r4", "--reprocess")
     assert code == 0, out
     assert actual(tmp_path) == truth(tmp_path)
+    # The record of the versions deleted with an aggregate (noticed 2026-11-28: the aggregate
+    # was rebuilt from the new facts alone, wrong totals, exit 0): the aggregate's absence
+    # still stops the run, since the enriched table holds rows it counted
+    from cdc_lake.enrich.state import VERSIONS_FILE
+
+    (load_pipeline(yaml).checkpoint_path / VERSIONS_FILE).unlink()
+    shutil.rmtree(tmp_path / "gold/units")
+    facts(tmp_path, (7, 11, 9))
+    code, out = cli(capsys, yaml, "--run-id", "r5")
+    assert code == 3, out
+    last = out.strip().splitlines()[-1]
+    assert f"the aggregate:units table: no Delta table at {tmp_path / 'gold/units'}" in last, last
+    code, out = cli(capsys, yaml, "--run-id", "r6", "--reprocess")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
 
 
 @pytest.mark.slow  # each loss alone; the default tier meets all three kinds in one run (above)

@@ -11,7 +11,8 @@
   would give wrong aggregates forever (signed deltas withdraw what the enriched table says was
   counted). The run stops with :class:`EnrichNeedsReprocess` (exit 3) naming the table and the
   recovery ``--reprocess``. A checkpoint with committed batches but no record (written before
-  this check existed) is checked for the enriched and pending tables' existence only.
+  this check existed, or the record deleted) is checked for the tables' existence only: the
+  enriched and pending tables, and each aggregate while the enriched table holds rows.
 * **Aggregate definitions** (:func:`check_definitions`). Each aggregate's definition (path,
   group_by, time_bucket, sums, the event time a bucket reads) is recorded in
   ``<checkpoint>/enrich_definitions.json``. An aggregate that is new or whose definition changed
@@ -186,6 +187,14 @@ def check_tables(cfg: EnrichConfig) -> None:
                     and not _is_table(path):
                 problems.append(f"the {name} table: no Delta table at {path}, but checkpoint "
                                 f"{cfg.checkpoint_path} has committed batches")
+            elif committed and not recorded and name.startswith("aggregate:") \
+                    and not _is_table(path) and _enriched_rows(cfg):
+                # the batch that first enriched a fact created every aggregate (its count moves
+                # by one): gone now, it would be rebuilt from the new facts alone (tester: the
+                # record and the aggregate deleted together, wrong totals, exit 0)
+                problems.append(f"the {name} table: no Delta table at {path}, but the enriched "
+                                f"table {cfg.outputs.enriched} holds rows, which every aggregate "
+                                "counted when they were written")
             continue
         last = entry["version"]
         if entry["path"] != str(path):
@@ -345,6 +354,10 @@ def owned_outputs(cfg: EnrichConfig) -> list[tuple[str, Path]]:
     return [("outputs.enriched", o.enriched), ("outputs.pending", o.pending),
             ("outputs.manifest", o.manifest),
             *[(f"outputs.aggregates.{a.name}.path", a.path) for a in o.aggregates]]
+
+
+def _enriched_rows(cfg: EnrichConfig) -> bool:
+    return _is_table(cfg.outputs.enriched) and _holds_rows(cfg.outputs.enriched)
 
 
 def _holds_rows(path: Path) -> bool:
