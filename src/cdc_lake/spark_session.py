@@ -141,8 +141,10 @@ def driver_java_options(spark: SparkSession) -> str | None:
     """The options the driver JVM actually runs with (its input arguments), or None when the
     session has no local JVM (Spark Connect)."""
     try:
-        bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()  # type: ignore[union-attr]
-        return " ".join(str(a) for a in bean.getInputArguments())
+        jvm = spark.sparkContext._jvm
+        bean = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()  # type: ignore[union-attr]
+        # joined in the JVM: iterating the Java list from Python is one Py4J call per argument
+        return str(jvm.java.lang.String.join(" ", bean.getInputArguments()))  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - informational only
         return None
 
