@@ -437,3 +437,53 @@ def test_snapshot_shapes_a_tester_met(spark, tmp_path):
                    tmp_path / "psnaps" / "2026-01-01.parquet")
     with pytest.raises(SnapshotInvalid, match=r"\['m'\] hold maps"):
         run_refresh(load_pipeline(pyaml), date="2026-01-01", spark=spark, run_id="m1")
+
+
+def test_maintenance_of_a_dimension_compacts_its_table_and_leaves_a_damaged_one_alone(spark, tmp_path):
+    """``maintenance:`` in a dimension YAML (refused as an unknown key before): a
+    ``<pipeline>__maintenance`` DAG; maintenance vacuums the files the daily MERGEs left and
+    writes a Delta checkpoint without changing a row, and
+    a table whose newest commit was removed behind the refresh's record is left alone (exit 3)."""
+    from cdc_lake.airflow.dag_factory import build_dags
+    from cdc_lake.dimensions.refresh import run_refresh
+    from cdc_lake.maintenance import main as maintenance_main
+    from cdc_lake.maintenance import run_maintenance
+
+    yaml = _yaml(tmp_path, scd=2, fmt="csv", engine="deltalake", schema=True,
+                 extra="maintenance: {schedule: '@weekly', vacuum_retention_hours: 0}\n")
+    cfg = load_pipeline(yaml)
+    assert cfg.maintenance is not None and cfg.maintenance.schedule == "@weekly"
+    rng = random.Random(5)
+    for i, rows in enumerate(random_snapshots(rng, 4, drift_day=None)):
+        _write_snapshot(tmp_path / "snaps", "csv", DAY0 + timedelta(days=i), rows)
+        assert run_refresh(cfg, date=(DAY0 + timedelta(days=i)).isoformat(), spark=spark,
+                           run_id=f"m{i}")["status"] == "succeeded"
+    before = DeltaTable(str(cfg.table))
+    rows_before = sorted(map(str, before.to_pyarrow_table().to_pylist()))
+    on_disk = len(list(cfg.table.glob("*.parquet")))  # each refresh's MERGE rewrote the file
+    assert on_disk > 1
+
+    assert "product_categories__maintenance" in build_dags(tmp_path)
+    report = run_maintenance(cfg, pipelines=[cfg])
+    t = report["tables"]["table"]
+    assert report["failed"] == [] and t["status"] == "ok", report
+    after = DeltaTable(str(cfg.table))
+    assert t["vacuum"]["files_removed"] == on_disk - 1 and t["files_after"] == 1, t
+    assert len(list(cfg.table.glob("*.parquet"))) == 1 and after.file_uris()
+    assert list((cfg.table / "_delta_log").glob("*.checkpoint.parquet")), "a Delta checkpoint"
+    assert sorted(map(str, after.to_pyarrow_table().to_pylist())) == rows_before
+
+    # the refresh's record says version N; the log now ends below it: not maintained, exit 3
+    left = after.version()
+    _write_snapshot(tmp_path / "snaps", "csv", DAY0 + timedelta(days=9), {1: {"category": "z"}})
+    assert run_refresh(cfg, date=(DAY0 + timedelta(days=9)).isoformat(), spark=spark,
+                       run_id="m9")["status"] == "succeeded"
+    newest = sorted((cfg.table / "_delta_log").glob("*.json"))[-1]
+    assert int(newest.name[:20]) == left + 1
+    newest.unlink()
+    assert maintenance_main(["--pipeline", str(yaml)]) == 3
+    report = run_maintenance(cfg, pipelines=[cfg])
+    t = report["tables"]["table"]
+    assert t["status"] == "changed_behind" and f"left it at version {left + 1}" in t["error"], t
+    assert "apply the snapshots again" in t["recovery"], t
+    assert DeltaTable(str(cfg.table)).version() == left  # maintenance committed nothing

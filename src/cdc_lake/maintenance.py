@@ -3,8 +3,8 @@
 Incremental runs leave small files (one or more per MERGE) and one Delta log entry per commit;
 without maintenance every read of a table lists and opens more of them as history grows. The
 maintenance DAG of a pipeline (``<pipeline>__maintenance``, schedule ``maintenance.schedule``)
-runs this module, which does, for every Delta table the pipeline writes (targets, tombstones,
-quarantine, DDL log)::
+runs this module, which does, for every Delta table the pipeline writes (CDC: targets,
+tombstones, quarantine, DDL log; enrichment: its outputs; dimension: its table)::
 
     compact      delta-rs OPTIMIZE (bin-packing small files into ~target_file_mb files); a
                  rewrite with ``dataChange=false``: change-feed readers see no changes from it
@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -254,6 +255,12 @@ def _recorded_marks(cfg: Any) -> dict[str, tuple[int, str | None]]:
         from cdc_lake.cdc.state import recorded_marks
     elif kind == "enrich":
         from cdc_lake.enrich.state import recorded_marks
+    elif kind == "dimension":  # the version the last refresh left the table at (its state file)
+        from cdc_lake.dimensions.refresh import read_state
+
+        left = read_state(cfg.checkpoint_path).get("delta_version")  # unreadable: exit 3
+        ok = isinstance(left, int) and not isinstance(left, bool)
+        return {str(cfg.table): (left, None)} if ok else {}
     else:
         return {}
     # strict: an unreadable record stops maintenance (exit 3). Without it nothing could tell a
@@ -272,7 +279,18 @@ def _changed_behind(cfg: Any, path: Path, marks: dict[str, tuple[int, str | None
     mark = marks.get(str(path))
     if mark is None or not (Path(path) / "_delta_log").is_dir():
         return None
-    return changed_behind(path, mark[0], mark[1], app_prefix=f"{getattr(cfg, 'kind', 'cdc')}-{cfg.name}-")
+    # the log ends below the recorded version: its newest commits were removed (a record
+    # without a fingerprint, as a dimension's, cannot tell that otherwise)
+    commits = [int(n[:20]) for n in os.listdir(Path(path) / "_delta_log")
+               if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
+    if commits and max(commits) < mark[0]:
+        return (f"its Delta log ends at version {max(commits)}, but a run of this pipeline left it "
+                f"at version {mark[0]}: the newest commit files were removed, or the table was "
+                "replaced by an older copy")
+    kind = getattr(cfg, "kind", "cdc")
+    # (a dimension's writes carry the app id dimension-<pipeline>, the date as txn version)
+    prefix = cfg.app_id if kind == "dimension" else f"{kind}-{cfg.name}-"
+    return changed_behind(path, mark[0], mark[1], app_prefix=prefix)
 
 
 def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -> str:
@@ -308,6 +326,14 @@ def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -
         from cdc_lake.enrich.state import recovery_command
 
         return f"{restore}rebuild the pipeline's outputs: `{recovery_command(cfg)}`"
+    if kind == "dimension":
+        from cdc_lake.dimensions.refresh import STATE_FILE
+
+        state = f"`{mv_aside(cfg.checkpoint_path / STATE_FILE)}`"
+        what = (f"its state ({state})" if status == "missing_table"
+                else f"the table and its state ({aside} and {state})")
+        return (f"{restore}move {what} aside, then apply the snapshots again from the first date "
+                "(SCD1: the newest date alone rebuilds it)")
     return f"{restore}move the table aside ({aside}) and rebuild it with the pipeline's job"
 
 

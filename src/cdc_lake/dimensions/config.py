@@ -12,6 +12,7 @@ dotted key, value and fix. Example YAML::
     scd: 1                               # or 2
     schema: {product_id: int, category: string}   # optional; recommended for CSV
     table: ../lake/dims/product_categories
+    # maintenance: {schedule: "@weekly"}  # optional: <pipeline>__maintenance DAG (cdc_lake.maintenance)
     # storage: {state: <table parent>/_checkpoints/<pipeline>, runs: <table parent>/_runs}
 
 Python::
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdc_lake.config import (NAME_RE, TYPE_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
-                             parse_runtime, parse_schedule)
+                             parse_maintenance, parse_runtime, parse_schedule)
 from cdc_lake.locks import LockSettings
 
 SNAPSHOT_FORMATS = ("csv", "parquet")
@@ -75,6 +76,7 @@ class DimensionPipelineConfig:
     trigger: str = "batch"  # a plain batch job (no stream); kept for the shared config shape
     kind: Literal["dimension"] = "dimension"
     lock: LockSettings = field(default_factory=LockSettings)
+    maintenance: Any = None  # MaintenanceSettings: ``maintenance:`` (absent: no maintenance DAG)
 
     @property
     def app_id(self) -> str:
@@ -95,7 +97,7 @@ def load_dimension_pipeline(file: Path, raw: dict[str, Any]) -> DimensionPipelin
     r = Reader(file, raw)
     r.check_known({"kind", "pipeline", "description", "owner", "tags", "schedule", "start_date",
                    "retries", "snapshots", "keys", "scd", "schema", "table", "storage", "engine",
-                   "spark", "lock"})
+                   "spark", "lock", "maintenance"})
     name = r.str("pipeline", required=True) or ""
     if not NAME_RE.match(name):
         raise r.fail("pipeline", f"{name!r} must match {NAME_RE.pattern} (it becomes the DAG id)")
@@ -127,6 +129,7 @@ def load_dimension_pipeline(file: Path, raw: dict[str, Any]) -> DimensionPipelin
         table=table,  # type: ignore[arg-type]
         checkpoint_path=state,
         runs_path=storage.path("runs", default=base / "_runs"),  # type: ignore[arg-type]
+        maintenance=parse_maintenance(r),
         **runtime,
     )
 
