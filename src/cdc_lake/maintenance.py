@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -274,17 +273,16 @@ def _changed_behind(cfg: Any, path: Path, marks: dict[str, tuple[int, str | None
     changed its rows since the last run. Maintenance would then bury the evidence: its OPTIMIZE
     and VACUUM commits took the lost commit's version number (the job's version check then saw
     nothing wrong: rows lost, exit 0) and VACUUM deleted the lost commit's data files."""
-    from cdc_lake.table_marks import changed_behind
+    from cdc_lake.table_marks import changed_behind, latest_commit
 
     mark = marks.get(str(path))
     if mark is None or not (Path(path) / "_delta_log").is_dir():
         return None
     # the log ends below the recorded version: its newest commits were removed (a record
     # without a fingerprint, as a dimension's, cannot tell that otherwise)
-    commits = [int(n[:20]) for n in os.listdir(Path(path) / "_delta_log")
-               if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
-    if commits and max(commits) < mark[0]:
-        return (f"its Delta log ends at version {max(commits)}, but a run of this pipeline left it "
+    newest = latest_commit(path)
+    if newest is not None and newest < mark[0]:
+        return (f"its Delta log ends at version {newest}, but a run of this pipeline left it "
                 f"at version {mark[0]}: the newest commit files were removed, or the table was "
                 "replaced by an older copy")
     kind = getattr(cfg, "kind", "cdc")

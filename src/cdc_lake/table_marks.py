@@ -102,6 +102,20 @@ def _commit_file(table: Path, version: int) -> Path:
     return Path(table) / "_delta_log" / f"{version:020d}.json"
 
 
+def latest_commit(table: Path | str) -> int | None:
+    """The newest commit version of the Delta table at ``table``, from the names of its
+    ``_delta_log/<version>.json`` files (the Delta protocol: any engine wrote them; no log
+    replay), or None when there is no such file (or the log cannot be listed). Example::
+
+        latest_commit(Path("/lake/orders"))  # 7
+    """
+    try:
+        names = os.listdir(Path(table) / "_delta_log")
+    except OSError:
+        return None
+    return max((int(m.group(1)) for n in names if (m := _COMMIT.match(n))), default=None)
+
+
 def commit_fingerprint(table: Path, version: int) -> str | None:
     """Fingerprint of the table's commit ``version`` (None when its file cannot be read)."""
     try:

@@ -37,7 +37,6 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -127,15 +126,11 @@ def cdc_table_changed(metrics: dict[str, Any], *, full_refresh: bool = False) ->
 
 
 def delta_version(path: Path) -> int | None:
-    """The latest commit version of the Delta table at ``path``, read from the names of its
-    ``_delta_log/<version>.json`` files (the Delta protocol; any engine wrote it), or None when
-    there is no table (or its log cannot be listed)."""
-    try:
-        names = os.listdir(path / "_delta_log")
-    except OSError:
-        return None
-    versions = [int(n[:-5]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()]
-    return max(versions, default=None)
+    """The latest commit version of the Delta table at ``path``, or None when there is no table
+    (:func:`cdc_lake.table_marks.latest_commit`: from the log's file names, any engine wrote it)."""
+    from cdc_lake.table_marks import latest_commit
+
+    return latest_commit(path)
 
 
 class CdcSparkSubmitOperator(SparkSubmitOperator):
