@@ -190,7 +190,7 @@ def check_tables(cfg: EnrichConfig) -> None:
             elif committed and not recorded and name.startswith("aggregate:") \
                     and not _is_table(path) and _enriched_rows(cfg):
                 # the batch that first enriched a fact created every aggregate (its count moves
-                # by one): gone now, it would be rebuilt from the new facts alone (tester: the
+                # by one): gone now, it would be rebuilt from the new facts alone (noticed: the
                 # record and the aggregate deleted together, wrong totals, exit 0)
                 problems.append(f"the {name} table: no Delta table at {path}, but the enriched "
                                 f"table {cfg.outputs.enriched} holds rows, which every aggregate "
