@@ -96,9 +96,9 @@ def _raw_line(norm: DataFrame, fact_cols: list[str]) -> Column:
 def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[bool, bool], int], int, dict[str, int]]:
     """``(counts, ties, fates)`` of a batch from one Spark job: the normalized changes per
     (bad, late) with the number of fact keys changed twice in the commit, and the candidates
-    per fate. Two collects were two jobs on a cold JVM (7 alternating pairs of 800-fact-change
-    spark-submits: the batch's read and join steps 0.3-1.1 s faster in each, wall median
-    -0.8 s)."""
+    per fate. Two collects were two jobs on a cold JVM (800-fact-change spark-submits in
+    alternating pairs: the batch's steps 0.4-1.2 s faster in each of 7, the wall faster in 5 of
+    7, median -0.8 s; docs/benchmarks.md)."""
     tag = F.lit(None).cast("boolean")
     both = norm_counts.select(F.lit("norm").alias("_of"), F.lit(None).cast("string").alias("_fate"),
                               "_bad", "late", "n", "ties").unionByName(
