@@ -57,19 +57,19 @@ sys.path.insert(0, str(HERE))
 import bench_enrich as be  # noqa: E402  (enrichment case)
 import bench_report as br  # noqa: E402  (docs/benchmarks.md + plots)
 import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
-from cdc_lake.config import DRIVER_JAVA_OPTIONS, class_archive, codegen_conf, launch_conf  # noqa: E402
+from cdc_lake.launch import DRIVER_JAVA_OPTIONS, class_archive, codegen_conf, launch_conf  # noqa: E402
 from cdc_lake.jvm_archive import option as jvm_archive_option  # noqa: E402
 
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 # Both sides get the product's driver JVM options (what the operator passes to spark-submit for
 # a backlog of a few hundred events: C1-only JIT and, when make setup built it, the JVM class
-# archive; config.launch_conf, cdc_lake.jvm_archive).
+# archive; launch.launch_conf, cdc_lake.jvm_archive).
 LAUNCH = launch_conf(None, archive=jvm_archive_option())
 COMMON_CONF = ["--master", "local[2]", *(a for k, v in LAUNCH.items() for a in ("--conf", f"{k}={v}")),
                "--conf", "spark.sql.session.timeZone=UTC",
                "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}"]
 # A small CDC run's session evaluates expressions interpreted (the job sets it for a backlog under
-# spark.interpreted_below_mb; config.codegen_conf): the read+count reference of that case gets it too.
+# spark.interpreted_below_mb; launch.codegen_conf): the read+count reference of that case gets it too.
 SMALL_CODEGEN = [a for k, v in codegen_conf(0).items() for a in ("--conf", f"{k}={v}")]
 # spark-submit's launcher scripts look up python/java on PATH: the venv first
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -128,7 +128,7 @@ def case_small(work: Path, events: int, reps: int, base_events: int) -> dict[str
     for i in range(reps):
         new = landing.add(events, 2)
         mark = log.stat().st_size
-        # the job's settings for this backlog: interpreted expressions (config.codegen_conf)
+        # the job's settings for this backlog: interpreted expressions (launch.codegen_conf)
         count_s.append(_wall([SPARK_SUBMIT, *COMMON_CONF, *SMALL_CODEGEN, str(count_py), *map(str, new)], log))
         count_profile = _profile(log, mark)
         mark = log.stat().st_size
@@ -162,7 +162,7 @@ def case_large(work: Path, events: int, files: int, reps: int, name: str = "larg
     base = work / name
     info = bi.generate(base / "landing", events, files, seed=7)
     cfg = bi.pipeline_yaml(base, None)
-    # The job picks its driver JIT from the backlog (config.launch_conf); the reference scan runs
+    # The job picks its driver JIT from the backlog (launch.launch_conf); the reference scan runs
     # under both JITs and the faster one counts (C2 compilation slows a 65 MB scan by ~30%).
     scans: dict[str, list[dict[str, Any]]] = {"C1": [], "full": []}
     ingests = []

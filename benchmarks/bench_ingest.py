@@ -215,12 +215,13 @@ def pipeline_yaml(work: Path, mfpt: int | None) -> Path:
 
 def run_phase(phase: str, cfg_path: Path) -> dict[str, Any]:
     from cdc_lake.cdc.backlog import backlog
-    from cdc_lake.config import driver_jit, load_pipeline
+    from cdc_lake.config import load_pipeline
+    from cdc_lake.launch import driver_jit
     from cdc_lake.spark_session import build_session, driver_java_options
 
     t0 = time.perf_counter()
     cfg = load_pipeline(cfg_path)
-    # Driver JIT: the product's launch rule (config.launch_conf: C1 only below the backlog
+    # Driver JIT: the product's launch rule (launch.launch_conf: C1 only below the backlog
     # threshold, the full JIT above) sized on the run's input (the scan reads every landed
     # file); "scan@C1" / "scan@full" force one JIT for the reference.
     phase, _, jit = phase.partition("@")

@@ -136,7 +136,7 @@ Versions: {json.dumps(res['versions'])}
 
 
 def _jit(case: dict[str, Any]) -> str:
-    """The driver JIT of each side: the job's from config.launch_conf, the scan's the faster one."""
+    """The driver JIT of each side: the job's from launch.launch_conf, the scan's the faster one."""
     jit = case.get("driver_jit") or {}
     if not jit:
         return ""
@@ -415,7 +415,7 @@ def _bounds(res: dict[str, Any]) -> str:
         "interpreted evaluation loses per row. Each setting alone gained less than both (800 "
         "events, 3 pairs: neither 13.68, code generation off 12.42, interpreted 12.12, both "
         "11.76 s). So a CDC run whose backlog is under `spark.interpreted_below_mb` (8 MiB) sets "
-        "both on its session (`config.codegen_conf`; the summary's `codegen` says which; "
+        "both on its session (`launch.codegen_conf`; the summary's `codegen` says which; "
         "`tests/test_codegen_reuse.py` checks that the batch then compiles next to nothing, red "
         "without the settings: 139 and 71 classes), and the read+count reference of the small "
         "case gets the same settings. The enrichment job keeps generated code: its Spark work "

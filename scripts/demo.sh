@@ -23,8 +23,8 @@ if [ -d "$LANDING" ] && [ "${DEMO_RESET:-1}" = 1 ]; then
 fi
 
 # The driver JVM options the operator would pass for a small run (C1-only JIT, the JVM class
-# archive make setup built: cdc_lake.config.launch_conf, cdc_lake.jvm_archive).
-JVM_OPTS=$($PY -c 'from cdc_lake.config import launch_conf, DRIVER_JAVA_OPTIONS as K; from cdc_lake.jvm_archive import option; print(launch_conf(None, archive=option())[K])')
+# archive make setup built: cdc_lake.launch.launch_conf, cdc_lake.jvm_archive).
+JVM_OPTS=$($PY -c 'from cdc_lake.launch import launch_conf, DRIVER_JAVA_OPTIONS as K; from cdc_lake.jvm_archive import option; print(launch_conf(None, archive=option())[K])')
 
 # spark-submit a job: job_submit <run id> <output prefix to show> <script> <args...>
 job_submit() {

@@ -42,13 +42,13 @@ def _spark_builder():  # type: ignore[no-untyped-def]
     # tests/test_enrich_job.py 213 -> 180 s, test_cdc_properties + test_writer_types 131 -> 111 s.
     # The jobs' own spark-submits (CLI, Airflow, chaos tests) keep the product's choice;
     # CDC_TEST_JIT=c1 runs this JVM with it too.
-    from cdc_lake.config import LAUNCH_CONF
+    from cdc_lake.launch import LAUNCH_CONF
     if os.environ.get("CDC_TEST_JIT") == "c1":
         for k, v in LAUNCH_CONF.items():
             b = b.config(k, v)
-    # A small CDC run's own session evaluates expressions interpreted (config.codegen_conf); this
+    # A small CDC run's own session evaluates expressions interpreted (launch.codegen_conf); this
     # one generates code (as enrichment and big CDC runs do) unless CDC_TEST_CODEGEN=interpreted.
-    from cdc_lake.config import INTERPRETED_CONF
+    from cdc_lake.launch import INTERPRETED_CONF
     if os.environ.get("CDC_TEST_CODEGEN") == "interpreted":
         for k, v in INTERPRETED_CONF.items():
             b = b.config(k, v)

@@ -21,8 +21,8 @@ from airflow_env import DAGS_FOLDER, REPO, airflow_db  # noqa: F401
 from cdc_lake.cdc.backlog import Backlog, backlog, nothing_new
 from cdc_lake.cdc.job import run_pipeline
 from cdc_lake import jvm_archive
-from cdc_lake.config import (C1_ONLY, DRIVER_JAVA_OPTIONS, INTERPRETED_CONF, ConfigError, codegen_conf,
-                             launch_conf, load_pipeline)
+from cdc_lake.config import ConfigError, load_pipeline
+from cdc_lake.launch import C1_ONLY, DRIVER_JAVA_OPTIONS, INTERPRETED_CONF, codegen_conf, launch_conf
 
 
 def _event(i: int) -> str:

@@ -73,14 +73,14 @@ def test_a_batch_like_the_one_before_compiles_no_new_code(spark, tmp_path):
 
 
 def test_a_small_run_evaluates_interpreted_and_compiles_almost_nothing(spark, tmp_path):
-    """A small CDC run's session evaluates expressions interpreted (``config.codegen_conf``, set
+    """A small CDC run's session evaluates expressions interpreted (``launch.codegen_conf``, set
     by the job when it builds its session for a backlog under ``spark.interpreted_below_mb``):
     the micro-batch must then compile next to nothing, where code generation compiles about a
     hundred classes for the first batch of a fresh JVM. The settings are the session's; the
     streaming query runs on a clone of it, so this checks that the clone's batches obey them.
     The job's choice itself is read back from its summary (``codegen``) in test_backlog and
     test_airflow_live."""
-    from cdc_lake.config import INTERPRETED_CONF, codegen_conf, codegen_mode
+    from cdc_lake.launch import INTERPRETED_CONF, codegen_conf, codegen_mode
 
     assert codegen_conf(800 * 300) == INTERPRETED_CONF
     cfg = pipeline(tmp_path, extra="  products: {keys: [id]}\n  order_lines: {keys: [id], scd: 2}\n")
@@ -112,7 +112,7 @@ def test_a_run_on_a_session_the_process_already_has_leaves_its_code_generation(s
     choice: the session still generates code, and the summary says so."""
     import json as _json
 
-    from cdc_lake.config import codegen_mode
+    from cdc_lake.launch import codegen_mode
 
     assert codegen_mode(spark.conf.get) == "generated"
     cfg = pipeline(tmp_path)

@@ -33,7 +33,7 @@ from sqlalchemy import select
 
 from cdc_lake import jvm_archive
 from cdc_lake.airflow.hook import CdcSparkSubmitHook
-from cdc_lake.airflow.operator import format_summary
+from cdc_lake.airflow.assets import format_summary
 from cdc_lake.runids import run_summary_path, safe_run_id
 
 JOB = REPO / "spark_jobs" / "cdc_ingest.py"
@@ -206,7 +206,7 @@ def test_success_builds_the_command_and_returns_the_summary(monkeypatch, tmp_pat
 
 # --------------------------------------------------------------------------- Asset events
 # The task's outlet is the pipeline's AssetAlias; at run time it adds an event for each table the
-# run changed (operator.cdc_table_changed), recorded against that table's Asset.
+# run changed (assets.cdc_table_changed), recorded against that table's Asset.
 
 
 def _table(inserted: int = 0, updated: int = 0, deleted: int = 0, version: int | None = 5,
@@ -325,7 +325,8 @@ def test_explicit_static_outlets_still_win(tmp_path):
     behaviour, chosen explicitly); the operator only sets their metrics, adds no alias event."""
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
-    from cdc_lake.airflow.operator import CdcSparkSubmitOperator, pipeline_alias, table_asset
+    from cdc_lake.airflow.assets import pipeline_alias, table_asset
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
     from cdc_lake.config import load_pipeline
 
     cfg = load_pipeline(write_pipeline(tmp_path, "e2e_static"))
@@ -351,7 +352,7 @@ def test_explicit_static_outlets_still_win(tmp_path):
     ({"inserted": None, "delta_version": 3}, False, False),
 ])
 def test_cdc_table_changed(metrics, full_refresh, changed):
-    from cdc_lake.airflow.operator import cdc_table_changed
+    from cdc_lake.airflow.assets import cdc_table_changed
 
     assert cdc_table_changed(metrics, full_refresh=full_refresh) is changed
 

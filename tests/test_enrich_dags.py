@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_env import airflow_db  # noqa: F401
 from cdc_lake.airflow.dag_factory import build_dags, check_pipeline_configs
-from cdc_lake.airflow.operator import table_asset
+from cdc_lake.airflow.assets import table_asset
 from cdc_lake.config import load_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -428,7 +428,7 @@ def _existing_tables(folder: Path, versions: int = 3) -> None:
 ], ids=["changed", "noop", "quarantine-only", "reprocess", "replay", "first-run", "first-reprocess"])
 def test_enrich_records_events_for_the_outputs_the_run_changed(tmp_path, monkeypatch, fake_spark, airflow_db,
                                                                commit, summary, conf, expected):
-    from cdc_lake.airflow.operator import pipeline_alias
+    from cdc_lake.airflow.assets import pipeline_alias
     from cdc_lake.runids import safe_run_id
 
     folder = _folder(tmp_path)

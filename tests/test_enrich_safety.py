@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -266,6 +268,31 @@ def test_own_tables_damaged_three_ways_at_once_stop_with_exit_3_naming_each(spar
     last = out.strip().splitlines()[-1]
     assert f"the aggregate:units table: no Delta table at {tmp_path / 'gold/units'}" in last, last
     code, out = cli(capsys, yaml, "--run-id", "r6", "--reprocess")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+
+
+def test_a_damaged_delta_checkpoint_of_an_own_table_gets_the_lossless_recovery(spark, tmp_path: Path,
+                                                                              capsys) -> None:
+    """An own table whose Delta checkpoint parquet is corrupt while every commit file is there.
+    Found 2026-11-29 by pyflakes: the table check raised NameError, and the failure path then
+    offered only a restore or --reprocess (a rebuild of every output). Now the check names the
+    table with the lossless recovery first: the printed command moves the checkpoint files
+    aside, and the next run converges without --reprocess."""
+    yaml = two_runs(tmp_path, capsys)
+    lines = tmp_path / "gold/lines"
+    DeltaTable(str(lines)).create_checkpoint()
+    (cp,) = (lines / "_delta_log").glob("*.checkpoint.parquet")
+    cp.write_bytes(b"not parquet")
+    facts(tmp_path, (6, 10, 7))
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    assert code == 3, out
+    last = out.strip().splitlines()[-1]
+    assert f"the enriched table at {lines}: its Delta log cannot be read" in last, last
+    m = re.search(r"first try moving its Delta checkpoint files aside, `([^`]+)`", last)
+    assert m, last
+    subprocess.run(m.group(1), shell=True, check=True)
+    code, out = cli(capsys, yaml, "--run-id", "r4")
     assert code == 0, out
     assert actual(tmp_path) == truth(tmp_path)
 
@@ -545,9 +572,21 @@ def test_a_damaged_delta_log_of_a_table_the_pipeline_reads_or_writes_is_named_af
     assert "fact.change_feed" in str(err) and "cannot be read" in str(err), err
     newest.unlink()  # the fact table is readable again (at version 0); now an own output
     log = cfg.outputs.enriched / "_delta_log" / f"{0:020d}.json"
+    good = log.read_bytes()
     log.write_text("{")
     err = damaged_log(cfg)
     assert isinstance(err, EnrichNeedsReprocess) and "--reprocess" in str(err), err
+    assert "checkpoint files aside" not in str(err), err  # a commit is damaged: no bypass
+    # every commit intact, a corrupt Delta checkpoint: the lossless recovery comes first
+    log.write_bytes(good)
+    DeltaTable(str(cfg.outputs.enriched)).create_checkpoint()
+    (cp,) = (cfg.outputs.enriched / "_delta_log").glob("*.checkpoint.parquet")
+    cp.write_bytes(b"not parquet")
+    err = damaged_log(cfg)
+    m = re.search(r"first move its Delta checkpoint files aside \(`([^`]+)`\)", str(err))
+    assert isinstance(err, EnrichNeedsReprocess) and m, err
+    subprocess.run(m.group(1), shell=True, check=True)
+    assert damaged_log(cfg) is None
 
 
 def test_a_dimension_earlier_batches_read_that_is_gone_stops_the_run(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cdc_lake import jvm_archive
-from cdc_lake.config import C1_ONLY, DRIVER_JAVA_OPTIONS, class_archive, driver_jit, launch_conf
+from cdc_lake.launch import C1_ONLY, DRIVER_JAVA_OPTIONS, class_archive, driver_jit, launch_conf
 
 
 def _fake(path: Path, size: int, **fingerprint: object) -> None:

@@ -5,7 +5,7 @@ time (about 3 s of a small run here). The JDK's dynamic AppCDS archive (JEP 350)
 a training run ends with ``-XX:ArchiveClassesAtExit=<file>``, later JVMs start with
 ``-XX:SharedArchiveFile=<file>`` and map the classes instead. ``make setup`` builds it from
 a tiny run of each job kind (CDC, dimension, enrichment) on the demo shop in one JVM (≈ 45 s);
-the launch options of every run then carry it (:func:`cdc_lake.config.launch_conf` with
+the launch options of every run then carry it (:func:`cdc_lake.launch.launch_conf` with
 ``archive=option()``)::
 
     python -m cdc_lake.jvm_archive build     # (re)build for this venv's pyspark and JDK
@@ -181,7 +181,7 @@ def build(path: Path, *, log: Path | None = None) -> dict[str, Any]:
         script = work / "train.py"
         script.write_text(_TRAIN.format(run=TRAINING_RUN), encoding="utf-8")
         dump = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        from cdc_lake.config import C1_ONLY, DRIVER_JAVA_OPTIONS
+        from cdc_lake.launch import C1_ONLY, DRIVER_JAVA_OPTIONS
 
         submit = str(Path(sys.executable).parent / "spark-submit")
         cmd = [submit if os.path.exists(submit) else "spark-submit", "--master", "local[2]",

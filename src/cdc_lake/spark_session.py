@@ -15,7 +15,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import FULL_JIT_FROM_MB, INTERPRETED_CONF, ConfigError, codegen_conf, launch_conf
+from cdc_lake.config import ConfigError
+from cdc_lake.launch import FULL_JIT_FROM_MB, INTERPRETED_CONF, codegen_conf, launch_conf
 
 COMPRESSED_CACHE = "spark.sql.inMemoryColumnarStorage.compressed"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"  # static: set when the session starts
@@ -51,8 +52,8 @@ def delta_spark_conf(cfg: PipelineConfig) -> dict[str, str]:
 
 def session_conf(cfg: PipelineConfig, backlog_bytes: int | None = None) -> dict[str, str]:
     """Confs of a session built here; the driver JVM options follow the run's backlog
-    (:func:`cdc_lake.config.launch_conf`, with the JVM class archive when one is built), and so
-    does a CDC run's expression evaluation (:func:`cdc_lake.config.codegen_conf`), unless the
+    (:func:`cdc_lake.launch.launch_conf`, with the JVM class archive when one is built), and so
+    does a CDC run's expression evaluation (:func:`cdc_lake.launch.codegen_conf`), unless the
     pipeline's spark conf sets them."""
     from cdc_lake.jvm_archive import option
 

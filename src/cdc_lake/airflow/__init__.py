@@ -7,7 +7,11 @@ Modules, one concept each:
 * :mod:`~cdc_lake.airflow.params` – the run parameters: JSON-schema ``Param`` s for the trigger
   form and the second, Python-level validation that builds the job's CLI arguments.
 * :mod:`~cdc_lake.airflow.operator` – ``CdcSparkSubmitOperator``: spark-submit, exit codes, run
-  summary -> XCom.
+  summary -> XCom (:mod:`~cdc_lake.airflow.enrich_operator`: the enrichment and dimension kinds).
+* :mod:`~cdc_lake.airflow.submit` – a pipeline's spark-submit ``--conf``/jars and what the job's
+  output says (lock holder, errors), for every kind's operator.
+* :mod:`~cdc_lake.airflow.assets` – the Assets a run announces (one per table, events through the
+  pipeline's alias with the run's metrics) and the run summary block for the task log.
 * :mod:`~cdc_lake.airflow.hook` – ``CdcSparkSubmitHook``: the provider's hook, defaulting the master
   to ``local[*]`` when the Spark connection is not defined.
 

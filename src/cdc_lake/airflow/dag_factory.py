@@ -33,7 +33,8 @@ from airflow.sdk import (DAG, Asset, AssetAny, AssetOrTimeSchedule, CronTriggerT
 from airflow.sdk.exceptions import AirflowTimetableInvalid
 
 from cdc_lake.airflow import pipelines_dir
-from cdc_lake.airflow.operator import CdcSparkSubmitOperator, pipeline_alias, table_asset
+from cdc_lake.airflow.assets import pipeline_alias, table_asset
+from cdc_lake.airflow.operator import CdcSparkSubmitOperator
 from cdc_lake.airflow.params import build_params
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError, Schedule, load_all
@@ -283,7 +284,7 @@ def _asset_text(entry: str, yaml_file: Path) -> str:
 
 def asset_for(entry: str, yaml_file: Path) -> Asset:
     """A ``schedule.assets`` entry -> Asset: a URI as is, a path (relative to the YAML's folder)
-    as :func:`~cdc_lake.airflow.operator.table_asset`, the URI a table's writer emits (a relative
+    as :func:`~cdc_lake.airflow.assets.table_asset`, the URI a table's writer emits (a relative
     path used to become the literal URI ``../lake/x``, which no writer emits; tester)."""
     if "://" in entry:
         return Asset(entry)

@@ -33,7 +33,7 @@ from cdc_lake.airflow.dag_factory import (BASE_TAGS, MAX_RETRY_DELAY, RETRY_BACK
                                           _resolve_schedule, _resolve_start_date, asset_for)
 from cdc_lake.airflow.enrich_operator import (DimensionRefreshOperator, EnrichSparkSubmitOperator,
                                               enrich_output_paths)
-from cdc_lake.airflow.operator import table_asset
+from cdc_lake.airflow.assets import table_asset
 
 ENRICH_TASK_ID = "enrich"
 DIMENSION_TASK_ID = "refresh"

@@ -41,11 +41,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from cdc_lake.airflow import REPO_ROOT
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
-from cdc_lake.airflow.operator import (CdcSparkSubmitOperator, TableEvent, _build_conf, _build_delta_jars,
-                                      _count, _json_scalars, _lock_lines, delta_version, held_by_maintenance,
-                                      pipeline_alias, table_asset)
+from cdc_lake.airflow.assets import TableEvent, delta_version, json_scalars, pipeline_alias, summary_count, table_asset
+from cdc_lake.airflow.operator import CdcSparkSubmitOperator
 from cdc_lake.airflow.params import RunParams, refuse_in_backfill, run_type_of, unknown_conf_message
-from cdc_lake.config import DRIVER_JAVA_OPTIONS
+from cdc_lake.airflow.submit import build_conf, delta_jars, held_by_maintenance, lock_lines
+from cdc_lake.launch import DRIVER_JAVA_OPTIONS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -74,7 +74,7 @@ class _KindOperator(CdcSparkSubmitOperator):
         # SparkSubmitOperator's constructor directly: the CDC one reads CDC-only config.
         SparkSubmitOperator.__init__(
             self, application=application, application_args=application_args,
-            conf=_build_conf(pipeline), conn_id=conn_id, **_build_delta_jars(pipeline), **kwargs)
+            conf=build_conf(pipeline), conn_id=conn_id, **delta_jars(pipeline), **kwargs)
         self.pipeline = pipeline
         self._run_params = RunParams()
 
@@ -100,7 +100,7 @@ class _KindOperator(CdcSparkSubmitOperator):
             raise
         summary = self._read_summary(run_id)
         if summary is not None:
-            self.log.info("%s run summary: %s", self.kind_label, _json_scalars(summary))
+            self.log.info("%s run summary: %s", self.kind_label, json_scalars(summary))
             self._annotate_asset_events(context, summary)
         return summary
 
@@ -183,7 +183,7 @@ class EnrichSparkSubmitOperator(_KindOperator):
         tables = summary.get("tables") or {}
         before = getattr(self, "_versions_before", {})
         every = summary.get("reprocess") is True or any(
-            _count(summary.get(k)) for k in ("replayed_batches", "skipped_writes"))
+            summary_count(summary.get(k)) for k in ("replayed_batches", "skipped_writes"))
         found = []
         for name, path in self._outputs().items():
             after = tables.get(name)
@@ -192,7 +192,7 @@ class EnrichSparkSubmitOperator(_KindOperator):
             changed = version is not None and (every or version != before.get(name))
             if changed and before.get(name) is None and version == 0 and _holds_no_files(path):
                 changed = False  # created empty by this run (a first run, a first reprocess)
-            found.append(TableEvent(path, {**common, **_json_scalars(metrics)}, changed))
+            found.append(TableEvent(path, {**common, **json_scalars(metrics)}, changed))
         return found
 
     def _raise_for_exit_code(self, error: AirflowException) -> None:
@@ -202,16 +202,16 @@ class EnrichSparkSubmitOperator(_KindOperator):
             raise AirflowFailException(  # a skip would drop the requested rebuild silently
                 f"Enrichment {name!r} is locked by another run (exit 75); nothing was rebuilt. This "
                 "run asked for --reprocess: trigger it again when the other run has finished."
-                f"{_lock_lines(tail)}") from error
+                f"{lock_lines(tail)}") from error
         if code == 75 and held_by_maintenance(tail):  # it enriches nothing: the facts would wait
             raise AirflowException(
                 f"Enrichment {name!r} is locked by its maintenance (exit 75), which enriches "
                 f"nothing: failing so that Airflow retries this run once it is done."
-                f"{_lock_lines(tail)}") from error
+                f"{lock_lines(tail)}") from error
         if code == 75:
             raise AirflowSkipException(
                 f"Enrichment {name!r} is locked by another run (exit 75); skipped: the holder "
-                f"processes everything new since the checkpoint.{_lock_lines(tail)}") from error
+                f"processes everything new since the checkpoint.{lock_lines(tail)}") from error
         if code == 2:
             raise AirflowFailException(f"Enrichment {name!r}: the job rejected its config or "
                                        f"arguments (exit 2); not retrying.{_job_lines(tail, 'enrich')}"
@@ -264,9 +264,9 @@ class DimensionRefreshOperator(_KindOperator):
         metrics = (summary.get("tables") or {}).get("table")
         metrics = metrics if isinstance(metrics, dict) else {"delta_version": summary.get("delta_version")}
         changed = summary.get("status") == "succeeded" and (
-            any(_count(summary.get(k)) for k in ("inserted", "updated", "deleted", "closed"))
+            any(summary_count(summary.get(k)) for k in ("inserted", "updated", "deleted", "closed"))
             or bool(summary.get("widened")))
-        return [TableEvent(self.pipeline.table, {**common, **_json_scalars(metrics)}, changed)]
+        return [TableEvent(self.pipeline.table, {**common, **json_scalars(metrics)}, changed)]
 
     def _raise_for_exit_code(self, error: AirflowException) -> None:
         code, name = self._code(), self.pipeline.name
@@ -275,7 +275,7 @@ class DimensionRefreshOperator(_KindOperator):
         if code == 75:
             raise AirflowException(
                 f"Dimension {name!r} is locked by another run (exit 75); failing so Airflow retries: "
-                f"this date must still be applied.{_lock_lines(tail)}") from error
+                f"this date must still be applied.{lock_lines(tail)}") from error
         if code == 2:
             raise AirflowFailException(f"Dimension {name!r}: the job rejected its config or arguments "
                                        f"(exit 2); not retrying.{last}") from error

@@ -37,22 +37,21 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
 from __future__ import annotations
 
 import json
-import re
-import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from cdc_lake.airflow import REPO_ROOT
+from cdc_lake.airflow.assets import (TableEvent, cdc_output_paths, cdc_table_changed, format_summary, json_scalars,
+                                     pipeline_alias, summary_count, table_asset)
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook, lock_dsn_env
 from cdc_lake.airflow.params import RunParams, run_type_of, validate_run_params
+from cdc_lake.airflow.submit import build_conf, delta_jars, held_by_maintenance, lock_lines, output_lines
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.cdc.backlog import backlog
-from cdc_lake.config import DRIVER_JAVA_OPTIONS, FULL_JIT_FROM_MB, LAUNCH_CONF, driver_jit, launch_conf
+from cdc_lake.launch import DRIVER_JAVA_OPTIONS, FULL_JIT_FROM_MB, driver_jit, launch_conf
 from cdc_lake.runids import run_summary_path
 
 if TYPE_CHECKING:
@@ -63,74 +62,6 @@ EXIT_CONFIG_ERROR = 2
 EXIT_NEEDS_RECOVERY = 3  # damaged checkpoint / table deleted behind it (docs/run-safety.md)
 EXIT_QUARANTINE_THRESHOLD = 4
 EXIT_LOCK_HELD = 75
-_LOCK_WORD = re.compile(r"\block(ed|s)?\b", re.IGNORECASE)  # not "BlockManager"
-DELTA_SQL_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-
-
-def table_asset(path: Path) -> Asset:
-    """The Airflow Asset of a Delta table folder: URI ``file:///abs/path`` (name = URI).
-
-    Downstream DAGs schedule on ``Asset("file:///abs/path")`` - the same name and URI.
-    """
-    return Asset(path.resolve().as_uri())
-
-
-ALIAS_PREFIX = "cdc_lake:"
-
-
-def pipeline_alias(name: str) -> AssetAlias:
-    """The AssetAlias a pipeline's task declares as its outlet: ``cdc_lake:<pipeline name>``.
-
-    The task adds an event through it, at run time, for each :func:`table_asset` the run
-    changed; Airflow records it against that Asset, which triggers DAGs scheduled on it.
-
-    Example::
-
-        pipeline_alias("shop_maxwell")   # AssetAlias(name="cdc_lake:shop_maxwell")
-    """
-    return AssetAlias(f"{ALIAS_PREFIX}{name}")
-
-
-class TableEvent(NamedTuple):
-    """One output table of a successful run: its Asset event ``extra`` and whether it changed."""
-
-    path: Path
-    extra: dict[str, Any]
-    changed: bool
-
-
-def _count(value: Any) -> int:
-    """A summary counter as an int (absent, None or not a number: 0)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def cdc_table_changed(metrics: dict[str, Any], *, full_refresh: bool = False) -> bool:
-    """Whether a CDC run changed a target table, from its entry in the run summary.
-
-    Changed: the run inserted, updated or deleted rows (``inserted``/``updated``/``deleted``);
-    or it replayed a micro-batch whose write an interrupted earlier attempt had committed
-    (``skipped_batches``: that attempt failed, so no event announced those rows); or a full
-    refresh replaced the table (``delta_version`` set: it was rebuilt, whatever the counts).
-    A run with nothing new has all counts 0 and changes nothing.
-
-    Example::
-
-        cdc_table_changed({"inserted": 0, "updated": 0, "deleted": 0, "delta_version": 7})  # False
-    """
-    if any(_count(metrics.get(k)) for k in ("inserted", "updated", "deleted", "skipped_batches")):
-        return True
-    return full_refresh and metrics.get("delta_version") is not None
-
-
-def delta_version(path: Path) -> int | None:
-    """The latest commit version of the Delta table at ``path``, or None when there is no table
-    (:func:`cdc_lake.table_marks.latest_commit`: from the log's file names, any engine wrote it)."""
-    from cdc_lake.table_marks import latest_commit
-
-    return latest_commit(path)
 
 
 class CdcSparkSubmitOperator(SparkSubmitOperator):
@@ -161,9 +92,9 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(
             application=application or str(JOB_SCRIPT),
             application_args=["--pipeline", str(pipeline.file), "--run-id", "{{ run_id }}"],
-            conf=_build_conf(pipeline),
+            conf=build_conf(pipeline),
             conn_id=conn_id,
-            **_build_delta_jars(pipeline),
+            **delta_jars(pipeline),
             **kwargs,
         )
         self.pipeline = pipeline
@@ -193,7 +124,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         return summary
 
     def _choose_driver_jit(self) -> None:
-        """The driver JVM's JIT for this run's backlog (:func:`cdc_lake.config.launch_conf`):
+        """The driver JVM's JIT for this run's backlog (:func:`cdc_lake.launch.launch_conf`):
         C1 only for a short run, the full JIT from ``spark.full_jit_from_mb`` of landed input
         the run will read. A pipeline that sets ``spark.driver.defaultJavaOptions`` decides."""
         if DRIVER_JAVA_OPTIONS in self.pipeline.spark_conf:
@@ -203,7 +134,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
                                  f"{pending.files} files, {pending.bytes / 2**20:.1f} MiB" if pending else "unknown")
 
     def _set_launch_options(self, backlog_bytes: int | None, described: str) -> None:
-        """The driver JVM options of this run (:func:`cdc_lake.config.launch_conf`): the JIT
+        """The driver JVM options of this run (:func:`cdc_lake.launch.launch_conf`): the JIT
         for ``backlog_bytes`` and the class-data-sharing archive when one is built for this
         environment (:mod:`cdc_lake.jvm_archive`), read on the worker at execute time."""
         from cdc_lake.jvm_archive import option
@@ -290,7 +221,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             return
         code = hook.returncode
         if code == EXIT_LOCK_HELD:
-            holder = _lock_lines(hook.output_tail)
+            holder = lock_lines(hook.output_tail)
             message = (f"Pipeline {self.pipeline.name!r} is locked by another run (job exit code 75); "
                        "nothing was written by this run.")
             if self._run_params.full_refresh:
@@ -307,18 +238,18 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: the job rejected its config or arguments (exit code 2); "
                 f"not retrying. The job's message:"
-                f"{_tail(hook.output_tail, 'CONFIG ERROR', 'ARGUMENT ERROR') or ' ' + str(error)}") from error
+                f"{output_lines(hook.output_tail, 'CONFIG ERROR', 'ARGUMENT ERROR') or ' ' + str(error)}") from error
         if code == EXIT_NEEDS_RECOVERY:
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: its checkpoint or a table it wrote needs recovery "
                 f"(exit code 3); not retrying. The job's message names the recovery:"
-                f"{_tail(hook.output_tail, 'RECOVERY', 'NEEDS')}") from error
+                f"{output_lines(hook.output_tail, 'RECOVERY', 'NEEDS')}") from error
         if code == EXIT_QUARANTINE_THRESHOLD:
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: the run quarantined more than the pipeline's quarantine "
                 f"threshold allows (exit code 4); the data it wrote is kept, a retry would find nothing "
                 f"new. Inspect the quarantine table, then fix the producer or raise the threshold:"
-                f"{_tail(hook.output_tail, 'quarantin')}") from error
+                f"{output_lines(hook.output_tail, 'quarantin')}") from error
 
     def _read_summary(self, run_id: str) -> dict[str, Any] | None:
         path = run_summary_path(self.pipeline.runs_path, self.pipeline.name, run_id)
@@ -333,7 +264,7 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
 
     def output_assets(self) -> list[Asset]:
         """Every Asset a run of this task can add an event for (lineage; docs, tests)."""
-        return [table_asset(p) for p in _output_paths(self.pipeline)]
+        return [table_asset(p) for p in cdc_output_paths(self.pipeline)]
 
     def _table_events(self, summary: dict[str, Any]) -> list[TableEvent]:
         """The targets in the summary (a subset full refresh lists only its tables) and the
@@ -345,12 +276,12 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         for name, table in self.pipeline.tables.items():
             metrics = tables.get(name)
             if isinstance(metrics, dict):
-                found.append(TableEvent(table.path, {**common, **_json_scalars(metrics)},
+                found.append(TableEvent(table.path, {**common, **json_scalars(metrics)},
                                         cdc_table_changed(metrics, full_refresh=full_refresh)))
         found.append(TableEvent(self.pipeline.quarantine_path, {
-            **common, **_json_scalars({"quarantined": summary.get("quarantined"),
+            **common, **json_scalars({"quarantined": summary.get("quarantined"),
                                        "delta_version": summary.get("quarantine_version")})},
-            _count(summary.get("quarantined")) > 0))
+            summary_count(summary.get("quarantined")) > 0))
         return found
 
     def _annotate_asset_events(self, context: Context, summary: dict[str, Any]) -> None:
@@ -379,81 +310,3 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("Asset events handed to Airflow (tables this run changed; recorded "
                           "when the task's success is): %s",
                           ", ".join(recorded) if recorded else "none: the run changed no table")
-
-
-def format_summary(summary: dict[str, Any]) -> str:
-    """One readable block for the task log.
-
-    Example::
-
-        CDC run shop_maxwell / manual__2026-11-21T12:00:00+00:00: succeeded in 4.2 s (engine deltalake)
-          batches 2 [3, 4], events 1234, quarantined 3, DDL 1, skipped lines 0
-          orders       +10 ~4 -1  delta v7
-    """
-    lines = [
-        f"CDC run {summary.get('pipeline')} / {summary.get('run_id')}: {summary.get('status')} "
-        f"in {summary.get('duration_s')} s (engine {summary.get('engine')})"
-        + (" [full refresh]" if summary.get("full_refresh") else ""),
-        f"  batches {summary.get('batches')} {summary.get('batch_ids', [])}, "
-        f"events {summary.get('events_read')}, quarantined {summary.get('quarantined')}, "
-        f"DDL {summary.get('ddl_events')}, skipped lines {summary.get('skipped_lines')}",
-    ]
-    tables = summary.get("tables") or {}
-    width = max((len(t) for t in tables), default=0)
-    for name, m in sorted(tables.items()):
-        lines.append(f"  {name:<{width}}  +{m.get('inserted', 0)} ~{m.get('updated', 0)} "
-                     f"-{m.get('deleted', 0)}  delta v{m.get('delta_version')}")
-    return "\n".join(lines)
-
-
-def _output_paths(cfg: PipelineConfig) -> list[Path]:
-    """Delta tables this pipeline writes that other DAGs may schedule on: targets and quarantine."""
-    return [*(t.path for t in cfg.tables.values()), cfg.quarantine_path]
-
-
-def _build_conf(cfg: PipelineConfig) -> dict[str, str]:
-    conf = dict(cfg.spark_conf)
-    if cfg.engine == "delta-spark":
-        for key, value in DELTA_SQL_CONF.items():
-            conf.setdefault(key, value)
-    conf.setdefault("spark.pyspark.python", sys.executable)
-    for key, value in LAUNCH_CONF.items():
-        conf.setdefault(key, value)
-    conf["spark.sql.session.timeZone"] = "UTC"  # the Delta tables' timestamps are UTC by contract
-    return conf
-
-
-def _build_delta_jars(cfg: PipelineConfig) -> dict[str, str | None]:
-    """``packages``/``repositories`` or ``jars`` for engine ``delta-spark``; nothing otherwise."""
-    if cfg.engine != "delta-spark":
-        return {}
-    ds = cfg.delta_spark
-    if ds.jars_dir is not None:
-        jars = sorted(str(p) for p in ds.jars_dir.glob("*.jar"))
-        return {"jars": ",".join(jars) or None}
-    return {"packages": ds.packages, "repositories": ds.repositories}
-
-
-def _tail(tail: Sequence[str], *words: str) -> str:
-    """The driver output lines mentioning any of ``words`` (case-insensitive), last 8."""
-    lines = [line for line in tail if any(w.lower() in line.lower() for w in words)]
-    return ("\n" + "\n".join(lines[-8:])) if lines else ""
-
-
-_MAINTENANCE_HOLDER = re.compile(r'"run_id":\s*"maintenance-')  # cdc_lake.maintenance's run id
-
-
-def held_by_maintenance(tail: Sequence[str]) -> bool:
-    """The job's lock message names a maintenance run as the holder (not an ingest run, which
-    would process what this run was to process)."""
-    return any(_MAINTENANCE_HOLDER.search(line) for line in tail if _LOCK_WORD.search(line))
-
-
-def _lock_lines(tail: Sequence[str]) -> str:
-    """The job's lock message (names the holder's pid, host, run id, start) from the driver output."""
-    lines = [line for line in tail if _LOCK_WORD.search(line)]
-    return ("\n" + "\n".join(lines[-3:])) if lines else ""
-
-
-def _json_scalars(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if isinstance(v, (str, int, float, bool)) or v is None}

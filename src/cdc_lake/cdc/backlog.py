@@ -7,7 +7,7 @@ driver (or the Airflow worker) before any JVM starts:
 
 * :func:`nothing_new` lets a scheduled run with nothing to do skip Spark entirely;
 * :func:`backlog` sizes the work, so the launcher can pick driver JVM options for it
-  (:func:`cdc_lake.config.launch_conf`: C1-only JIT for short runs, the full JIT for big ones);
+  (:func:`cdc_lake.launch.launch_conf`: C1-only JIT for short runs, the full JIT for big ones);
 * :func:`check_landed_files_unchanged` stops a run when a file the stream already took has been
   modified since (lines appended to it would never be read: the file source takes a file once).
 

@@ -62,7 +62,7 @@ class RunStats:
     engine_label: str | None = None
     driver_jit: str | None = None  # what the driver JVM runs ("C1" / "C1+C2"), None: no Spark
     jvm_archive: str | None = None  # the driver JVM's class-data-sharing archive (jvm_archive)
-    codegen: str | None = None  # "interpreted" / "generated" (config.codegen_conf), None: no Spark
+    codegen: str | None = None  # "interpreted" / "generated" (launch.codegen_conf), None: no Spark
 
 
 @dataclass(frozen=True)

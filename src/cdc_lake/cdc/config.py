@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (FULL_JIT_FROM_MB, INTERPRETED_BELOW_MB, NAME_RE, TRIGGERS, TYPE_RE, ConfigError,
-                             DeltaSparkSettings, Reader, Schedule, parse_maintenance, parse_runtime,
-                             parse_schedule)
+from cdc_lake.config import (NAME_RE, TRIGGERS, TYPE_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
+                             parse_maintenance, parse_runtime, parse_schedule)
+from cdc_lake.launch import FULL_JIT_FROM_MB, INTERPRETED_BELOW_MB
 from cdc_lake.locks import LockSettings
 from cdc_lake.paths import overlap
 from cdc_lake.quarantine_limits import QuarantineLimits, parse_quarantine_limits
@@ -101,10 +101,10 @@ class PipelineConfig:
     # ``quarantine:`` per-run threshold (cdc_lake.quarantine_limits); default: none
     quarantine_limits: QuarantineLimits = field(default_factory=QuarantineLimits)
     maintenance: Any = None  # ``maintenance:`` -> cdc_lake.maintenance.MaintenanceSettings, or None
-    # ``spark.full_jit_from_mb``: a run whose backlog reaches it gets the full JIT (config.launch_conf)
+    # ``spark.full_jit_from_mb``: a run whose backlog reaches it gets the full JIT (launch.launch_conf)
     full_jit_from_mb: int = FULL_JIT_FROM_MB
     # ``spark.interpreted_below_mb``: a run whose backlog is under it evaluates expressions
-    # without generated code (config.codegen_conf)
+    # without generated code (launch.codegen_conf)
     interpreted_below_mb: int = INTERPRETED_BELOW_MB
 
     def table_path(self, table: str) -> Path:

@@ -35,7 +35,8 @@ from cdc_lake.cdc.backlog import (LandedFileChanged, backlog, check_history_comp
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.checkpoint import claim_checkpoint, written_tables
 from cdc_lake.cdc.config import PipelineConfig
-from cdc_lake.config import FILE_SOURCE_MAX_AGE, ConfigError, class_archive, codegen_mode, driver_jit
+from cdc_lake.config import FILE_SOURCE_MAX_AGE, ConfigError
+from cdc_lake.launch import class_archive, codegen_mode, driver_jit
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
 from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
@@ -301,9 +302,9 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(duration, 3),
         "spark_startup_s": stats.startup_s,
-        "driver_jit": stats.driver_jit,  # "C1" / "C1+C2" (config.launch_conf); None: Spark not started
+        "driver_jit": stats.driver_jit,  # "C1" / "C1+C2" (launch.launch_conf); None: Spark not started
         "jvm_archive": stats.jvm_archive,  # class-data-sharing archive (cdc_lake.jvm_archive) or None
-        "codegen": stats.codegen,  # "interpreted" / "generated" (config.codegen_conf); None: no Spark
+        "codegen": stats.codegen,  # "interpreted" / "generated" (launch.codegen_conf); None: no Spark
         "stream_s": round(duration - stats.startup_s, 3),
         "batches": len(batch_ids), "batch_ids": batch_ids,
         "last_batch_id": batch_ids[-1] if batch_ids else None,

@@ -54,7 +54,7 @@ from cdc_lake.checkpoint_log import PipelineStateError, last_committed_batch
 from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.paths import mv_aside, q
-from cdc_lake.table_marks import changed_behind, commit_fingerprint
+from cdc_lake.table_marks import changed_behind, checkpoint_bypass, commit_fingerprint
 from cdc_lake.table_writers import APP_ID_RE, describe_writer, table_app_ids
 
 VERSIONS_FILE = "enrich_table_versions.json"

@@ -23,7 +23,7 @@ from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.state import EnrichNeedsReprocess, owned_outputs, recovery_command
 from cdc_lake.paths import mv_aside
-from cdc_lake.table_marks import absent_snapshot_files, missing_data_files
+from cdc_lake.table_marks import absent_snapshot_files, checkpoint_bypass, missing_data_files
 from cdc_lake.table_writers import rebuild_hint
 
 
@@ -90,8 +90,12 @@ def damaged_log(cfg: EnrichConfig) -> PipelineStateError | None:
             first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
             detail = (f"pipeline {cfg.name!r}: the Delta log of the {what} {key} at {path} cannot "
                       f"be read ({type(e).__name__}: {first})")
-            return _table_error(cfg, key, Path(path), (key, path, what) in own, detail,
-                                "restore the damaged _delta_log file from a copy if you have one",
+            restore = "restore the damaged _delta_log file from a copy if you have one"
+            if bypass := checkpoint_bypass(Path(path)):
+                restore = (f"every commit file is there: first move its Delta checkpoint files "
+                           f"aside (`{bypass}`) and run again, readers then replay the commits "
+                           f"and nothing is lost; if it still fails, {restore}")
+            return _table_error(cfg, key, Path(path), (key, path, what) in own, detail, restore,
                                 "up to its last readable version")
     return None
 
