@@ -564,7 +564,7 @@ def test_a_lost_single_data_file_a_gone_table_and_an_unreadable_record_stop_main
     file of a table deleted (noticed only when compaction read it, i.e. with several files); a
     table a run wrote removed ("absent"); its record of the tables' versions unreadable (the
     lost-commit check silently skipped). Each is exit 3 now; a dry run says the same."""
-    from cdc_lake.cdc.state import VERSIONS_FILE, record_versions
+    from cdc_lake.cdc.table_records import VERSIONS_FILE, record_versions
     from cdc_lake.maintenance import main
 
     yaml, cfg = _two_appended_tables(tmp_path, "maint_states")

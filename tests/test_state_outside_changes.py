@@ -92,7 +92,8 @@ def test_a_table_changed_behind_the_pipeline_stops_the_run_and_maintenance_leave
     assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and "changed rows" in r.stderr, r.stderr[-2000:]
     # (tester) the end of a run recording the tables, as if the DELETE had come during it, and a
     # full refresh of another table, do not take the change as the new normal
-    from cdc_lake.cdc.state import check_state, record_versions
+    from cdc_lake.cdc.state import check_state
+    from cdc_lake.cdc.table_records import record_versions
 
     record_versions(cfg)
     run_pipeline(cfg, spark=spark, run_id="refresh_other", tables=["customers"], full_refresh=True)

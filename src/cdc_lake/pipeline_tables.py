@@ -40,7 +40,7 @@ def recorded_marks(cfg: Any) -> dict[str, tuple[int, str | None]]:
     """What the pipeline's last run recorded per table (:mod:`cdc_lake.table_marks`)."""
     kind = getattr(cfg, "kind", "cdc")
     if kind == "cdc":
-        from cdc_lake.cdc.state import recorded_marks
+        from cdc_lake.cdc.table_records import recorded_marks
     elif kind == "enrich":
         from cdc_lake.enrich.state import recorded_marks
     elif kind == "dimension":  # the version the last refresh left the table at (its state file)

@@ -29,7 +29,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
-from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state, record_tables, record_versions
+from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state
+from cdc_lake.cdc.table_records import record_tables, record_versions
 from cdc_lake.cdc.backlog import (LandedFileChanged, backlog, check_history_complete,
                                   check_landed_files_unchanged, check_landing_names, nothing_new)
 from cdc_lake.checkpoint_log import PipelineStateError

@@ -32,31 +32,26 @@
 All raise a :class:`~cdc_lake.checkpoint_log.PipelineStateError` that names the file or table
 and the recovery command; the CLI exits 3 (no retry helps). After a successful check and after
 every run the tables that exist are recorded in ``<checkpoint>/cdc_tables.json`` and their
-versions in ``<checkpoint>/cdc_table_versions.json`` (:func:`record_versions`).
+versions in ``<checkpoint>/cdc_table_versions.json``
+(:mod:`cdc_lake.cdc.table_records`).
 
 Example::
 
     check_state(cfg)            # before the fast path and before Spark starts
     ...                         # the run
-    record_tables(cfg)          # under the lock, after the run
-    record_versions(cfg)        # after every run, a full refresh too
+    record_tables(cfg)          # under the lock, after the run (cdc.table_records)
+    record_versions(cfg)        # after every run, a full refresh too (cdc.table_records)
 """
 
 from __future__ import annotations
 
-import json
-import os
-import uuid
 from pathlib import Path
-from typing import Any
 
-from deltalake import DeltaTable
-
-from cdc_lake.checkpoint import (INSTANCE_FILE, instance_id, read_instance_id, read_state_file,
-                                 record_written_tables, written_tables)
+from cdc_lake.checkpoint import INSTANCE_FILE, instance_id, read_instance_id, written_tables
 from cdc_lake.checkpoint_log import (PipelineStateError, last_offset_batch, remove_unfinished_writes,
                                      validate_checkpoint)
 from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.cdc.table_records import VERSIONS_FILE, is_table, load_table, recorded_versions
 from cdc_lake.paths import mv_aside, q
 from cdc_lake.table_marks import (changed_behind, checkpoint_bypass, commit_fingerprint,
                                    missing_data_files)
@@ -112,9 +107,6 @@ class CheckpointRolledBack(PipelineStateError):
             f"{recovery}")
 
 
-VERSIONS_FILE = "cdc_table_versions.json"
-
-
 def app_id(cfg: PipelineConfig) -> str:
     """The Delta transaction app id of this pipeline's checkpoint (minted with the checkpoint)."""
     return _app_id(cfg, instance_id(cfg.checkpoint_path))
@@ -142,24 +134,6 @@ def reset_command(cfg: PipelineConfig) -> str:
             "binlog sequence, re-applied changes leave the tables as they are")
 
 
-def _exists(path: Path) -> bool:
-    return DeltaTable.is_deltatable(str(path))
-
-
-def _load(path: Path, app: str | None = None) -> tuple[str | None, int | None, int | None]:
-    """``(why the table cannot be loaded, None, None)`` or ``(None, its version, the last
-    transaction version it holds for ``app``)`` (one log replay for both)."""
-    try:
-        dt = DeltaTable(str(path))
-        version = dt.version()
-        txn = dt.transaction_version(app) if app is not None else None
-    except OSError:
-        raise  # the storage, not the table (may be transient): an ordinary failure, retried
-    except Exception as e:  # noqa: BLE001 - DeltaError (log JSON/parquet/protocol) and kin
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", None, None
-    return None, version, txn
-
-
 def check_state(cfg: PipelineConfig) -> None:
     """Raise :class:`PipelineStateError` if the checkpoint or a table it wrote is damaged/missing."""
     for f in remove_unfinished_writes(cfg.checkpoint_path):
@@ -169,8 +143,8 @@ def check_state(cfg: PipelineConfig) -> None:
     instance = read_instance_id(cfg.checkpoint_path, recovery=_instance_recovery(cfg))
     app = None if instance is None else _app_id(cfg, instance)
     written = written_tables(cfg.checkpoint_path)
-    left_at = _recorded_versions(cfg.checkpoint_path, strict=True)
-    fingerprints = _recorded_versions(cfg.checkpoint_path, key="fingerprints")
+    left_at = recorded_versions(cfg.checkpoint_path, strict=True)
+    fingerprints = recorded_versions(cfg.checkpoint_path, key="fingerprints")
     # a table whose version a run recorded was written too, even if cdc_tables.json (moved
     # aside, lost) does not say so: else a deleted table went unnoticed, exit 0 (tester)
     for name in cfg.tables:
@@ -187,12 +161,12 @@ def check_state(cfg: PipelineConfig) -> None:
             if name not in cfg.tables:
                 continue  # no longer configured: not this pipeline's business any more
             path = cfg.tables[name].path if kind == "tables" else cfg.tombstone_path(name)
-            if not _exists(path):
+            if not is_table(path):
                 where = str(path) if str(path) == old_path else f"{path} (it was written at {old_path})"
                 missing.setdefault(name, f"{'table' if kind == 'tables' else 'tombstone table'} "
                                          f"{name!r}: no Delta table at {where}")
                 continue
-            problem, version, txn = _load(path, app)
+            problem, version, txn = load_table(path, app)
             label = f"{'table' if kind == 'tables' else 'tombstone table of'} {name!r}"
             txns[str(path)] = (label, -1 if txn is None else txn)
             if problem is not None:
@@ -268,8 +242,8 @@ def _check_checkpoint_not_behind(cfg: PipelineConfig, app: str,
     for name in cfg.tables:  # configured tables cdc_tables.json does not list (a set-back copy)
         for kind, path in (("table", cfg.tables[name].path),
                            ("tombstone table of", cfg.tombstone_path(name))):
-            if str(path) not in txns and _exists(path):
-                problem, _, txn = _load(path, app)
+            if str(path) not in txns and is_table(path):
+                problem, _, txn = load_table(path, app)
                 if problem is None and txn is not None:
                     txns[str(path)] = (f"{kind} {name!r}", txn)
     last = last_offset_batch(cfg.checkpoint_path)
@@ -320,12 +294,12 @@ def _check_side_tables(cfg: PipelineConfig, app: str | None,
     """The quarantine and DDL log: every run appends to them, so an unreadable log fails all.
     Adds their last transaction version of ``app`` to ``txns``."""
     broken = []
-    marks = _recorded_versions(cfg.checkpoint_path, key="side_tables")
+    marks = recorded_versions(cfg.checkpoint_path, key="side_tables")
     rolled_back = []
     for label, path in (("quarantine", cfg.quarantine_path), ("DDL log", cfg.ddl_log_path)):
-        if not _exists(path):
+        if not is_table(path):
             continue
-        why, version, txn = _load(path, app)
+        why, version, txn = load_table(path, app)
         if why is not None:
             broken.append((label, path, why))
             continue
@@ -356,98 +330,3 @@ def _check_side_tables(cfg: PipelineConfig, app: str | None,
         f"restore the damaged file under _delta_log from a copy if you have one; else move the "
         f"table aside (`{aside}`): the next run creates a new one, and the rows recorded so far "
         f"stay readable in the moved copy up to its last readable version"))
-
-
-def record_tables(cfg: PipelineConfig) -> None:
-    """Record the configured tables that exist now as written by this checkpoint."""
-    tables = {n: str(t.path) for n, t in cfg.tables.items() if _exists(t.path)}
-    tombstones = {n: str(cfg.tombstone_path(n)) for n in cfg.tables if _exists(cfg.tombstone_path(n))}
-    if tables or tombstones:
-        record_written_tables(cfg.checkpoint_path, tables, tombstones)
-
-
-def _recorded_versions(checkpoint: Path, strict: bool = False, key: str = "versions") -> dict[str, Any]:
-    """``table path -> Delta version`` a run of this checkpoint left it at (empty if unknown);
-    ``key="fingerprints"``: ``table path -> fingerprint of that version's commit``.
-    ``strict``: an unreadable file raises :class:`~cdc_lake.checkpoint.StateFileDamaged` (the
-    check before a run); else it counts as empty (recording after a run rewrites it)."""
-    f = checkpoint / VERSIONS_FILE
-    try:
-        data = read_state_file(
-            f, "the Delta version each table was left at by this checkpoint's runs, by which a "
-               "run notices a table that lost its newest commits",
-            f"move it aside (`{mv_aside(f)}`) and run again: that run records every table's "
-            "version then, and the check resumes from there. Before, make sure no table lost "
-            "commits: the last run summary (latest.json under the pipeline's runs folder) gives "
-            "each table's delta_version; a table now below it needs --full-refresh --tables <table>",
-            lambda d: isinstance(d.get("versions", {}), dict))
-    except PipelineStateError:
-        if strict:
-            raise
-        data = None
-    entries = data.get(key) if data is not None else None
-    if not isinstance(entries, dict):
-        return {}
-    if key == "fingerprints":
-        return {p: v for p, v in entries.items() if isinstance(v, str)}
-    if key == "side_tables":
-        return dict(entries)
-    return {p: v for p, v in entries.items() if isinstance(v, int) and not isinstance(v, bool)}
-
-
-def recorded_marks(cfg: PipelineConfig, strict: bool = False) -> dict[str, tuple[int, str | None]]:
-    """``table path -> (version, commit fingerprint)`` the last run left each table at (for
-    :mod:`cdc_lake.table_marks`; maintenance checks them before it touches a table).
-    ``strict``: an unreadable record raises (see :func:`_recorded_versions`)."""
-    fps = _recorded_versions(cfg.checkpoint_path, strict=strict, key="fingerprints")
-    return {p: (v, fps.get(p)) for p, v in _recorded_versions(cfg.checkpoint_path, strict=strict).items()}
-
-
-def record_versions(cfg: PipelineConfig, rebuilt: frozenset[str] | set[str] = frozenset()) -> None:
-    """Record the Delta version (and its commit's fingerprint) of every configured table and
-    tombstone table that exists now (atomically), for :func:`check_state`'s checks 4 and 4b.
-    Call after every run under the lock, a full refresh included (``rebuilt``: the tables it
-    replaced, recorded as they are now).
-
-    A table's mark advances only when the table is still intact since its previous mark
-    (:func:`~cdc_lake.table_marks.changed_behind`): a row change by another writer made during
-    the run, or one a full refresh of *other* tables would otherwise have re-recorded as the new
-    normal, keeps the old mark, so the next run still stops on it (tester: a full refresh of
-    `orders` cleared a hand DELETE on `products`, exit 0)."""
-    names = [(n, t.path) for n, t in cfg.tables.items()] + \
-        [(n, cfg.tombstone_path(n)) for n in cfg.tables]
-    versions = dict(_recorded_versions(cfg.checkpoint_path))
-    fingerprints = dict(_recorded_versions(cfg.checkpoint_path, key="fingerprints"))
-    for name, path in names:
-        if _exists(path):
-            problem, version, _ = _load(path)
-            if problem is None and version is not None:
-                last = versions.get(str(path))
-                if name not in rebuilt and last is not None and (version < last or changed_behind(
-                        path, last, fingerprints.get(str(path)), app_prefix=f"cdc-{cfg.name}-",
-                        current=version)):
-                    continue  # keep the mark: the next run's check names the change
-                versions[str(path)] = version
-                fingerprints.pop(str(path), None)
-                if (fp := commit_fingerprint(path, version)) is not None:
-                    fingerprints[str(path)] = fp
-    # quarantine / DDL log (maybe shared with other pipelines: only a lower version counts,
-    # on the same table: (version, fingerprint of its first commit))
-    side = dict(_recorded_versions(cfg.checkpoint_path, key="side_tables"))
-    for path in (cfg.quarantine_path, cfg.ddl_log_path):
-        if _exists(path):
-            problem, version, _ = _load(path)
-            first = commit_fingerprint(path, 0)
-            mark = side.get(str(path))
-            if problem is None and version is not None and not (
-                    isinstance(mark, list) and len(mark) == 2 and mark[1] == first
-                    and version < mark[0]):
-                side[str(path)] = [version, first]
-    if not versions and not side:
-        return
-    cfg.checkpoint_path.mkdir(parents=True, exist_ok=True)
-    f = cfg.checkpoint_path / VERSIONS_FILE
-    tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps({"versions": versions, "fingerprints": fingerprints,
-                               "side_tables": side}, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, f)
