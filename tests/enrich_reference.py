@@ -13,7 +13,9 @@ table, the pending table and each aggregate table must hold, following
   ``_valid_from <= event_time < _valid_to`` (``_valid_to`` null = open). A dimension is
   *missing* when its ``on`` columns are null (e.g. they come from an earlier missing
   dimension), the event time is null (SCD2), or no row/version matches.
-- Per batch: the latest change per fact key wins (commit version, post-image after pre-image).
+- Per batch: for each fact key a commit touched, the fact's state after that commit (the row
+  the fact table holds under the key, or none: deleted, or an UPDATE moved the row to another
+  key); the newest such state per key wins.
   Keys without a change in the batch: pending rows are re-joined (all matched → released;
   parked in an earlier batch and ``wait`` elapsed → released with ``_unknown_members``);
   enriched rows flagged unknown are re-joined and *restated* once every member matches.
@@ -54,7 +56,8 @@ class Commit:
     """One Delta commit of one upstream table: a MERGE on ``merge_on`` (or the first write).
 
     ``upserts`` are full rows (inserted, or replacing the row with the same ``merge_on`` key);
-    ``deletes`` are rows holding at least the ``merge_on`` columns.
+    ``deletes`` are rows holding at least the ``merge_on`` columns; ``rekeys`` are
+    ``(old row, new row)`` pairs: an UPDATE in place that changes the row's ``merge_on`` key.
     """
 
     table: str
@@ -62,6 +65,7 @@ class Commit:
     upserts: tuple[Row, ...] = ()
     deletes: tuple[Row, ...] = ()
     create: bool = False
+    rekeys: tuple[tuple[Row, Row], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,7 @@ class EnrichModel:
     def __init__(self, cfg: ModelConfig) -> None:
         self.cfg = cfg
         self.tables: dict[str, _Table] = {}
-        self._queued: list[tuple[int, list[tuple[str, Row]]]] = []  # (fact version, changes)
+        self._queued: list[tuple[int, list[tuple[Key, Row | None]]]] = []  # (fact version, states)
         self.enriched: dict[Key, Row] = {}
         self.pending: dict[Key, Row] = {}
         self._agg: dict[str, dict[Key, Row]] = {a.name: {} for a in cfg.aggregates}
@@ -152,22 +156,28 @@ class EnrichModel:
         if commit.create and t.version >= 0:
             raise ValueError(f"{commit.table} already exists")
         t.version += 1
-        changes: list[tuple[str, Row]] = []
+        touched: list[Row] = []  # rows whose key this commit touched (before or after it)
         for row in commit.upserts:
             k = tuple(row[c] for c in commit.merge_on)
-            old = t.rows.get(k)
-            if old is None:
-                changes.append(("insert", dict(row)))
-            else:
-                changes += [("update_preimage", dict(old)), ("update_postimage", dict(row))]
+            touched.append(dict(row))
             t.rows[k] = dict(row)
         for row in commit.deletes:
             k = tuple(row[c] for c in commit.merge_on)
             old = t.rows.pop(k, None)
             if old is not None:
-                changes.append(("delete", dict(old)))
+                touched.append(old)
+        for old_row, new_row in commit.rekeys:
+            old = t.rows.pop(tuple(old_row[c] for c in commit.merge_on))
+            touched += [old, dict(new_row)]
+            t.rows[tuple(new_row[c] for c in commit.merge_on)] = dict(new_row)
         if commit.table == self.cfg.fact_table:
-            self._queued.append((t.version, changes))
+            # The fact's state after this commit, per fact key it touched: the row the table
+            # holds under that key now, or None (deleted, or its key changed away). Read from
+            # the table's rows, not from change-feed images.
+            fk = self.cfg.fact_keys
+            now = {tuple(r[c] for c in fk): r for r in t.rows.values()}
+            keys = dict.fromkeys(tuple(r[c] for c in fk) for r in touched)
+            self._queued.append((t.version, [(k, dict(now[k]) if k in now else None) for k in keys]))
         return t.version
 
     # ---------------------------------------------------------------- joins
@@ -236,17 +246,14 @@ class EnrichModel:
         self.runs.append(c)
         return c
 
-    def _batch(self, versions: list[tuple[int, list[tuple[str, Row]]]], c: Counters) -> None:
+    def _batch(self, versions: list[tuple[int, list[tuple[Key, Row | None]]]], c: Counters) -> None:
         b = len(self.batches)
         self.batches.append(BatchLog(b, tuple(v for v, _ in versions), {
             d.name: self.tables[d.table].version for d in self.cfg.dims if d.table in self.tables}))
-        order = {"update_preimage": 0, "insert": 1, "update_postimage": 1, "delete": 1}
         latest: dict[Key, tuple[int, str, Row]] = {}
-        for v, changes in versions:
-            for kind, row in sorted(changes, key=lambda ch: order[ch[0]]):
-                if kind == "update_preimage":
-                    continue
-                latest[tuple(row[k] for k in self.cfg.fact_keys)] = (v, kind, row)
+        for v, states in versions:
+            for key, row in states:
+                latest[key] = (v, "delete", {}) if row is None else (v, "upsert", row)
         for k in sorted(self.pending, key=repr):
             if k in latest:
                 continue

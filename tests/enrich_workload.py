@@ -118,6 +118,12 @@ def write_commit(lake: Path, commit: Commit) -> None:
         write_deltalake(path, _arrow(commit.table, commit.upserts), mode="error",
                         configuration={"delta.enableChangeDataFeed": "true"})
         return
+    if commit.rekeys:  # an UPDATE in place that changes the row's key: one commit, one row
+        ((old, new),) = commit.rekeys
+        DeltaTable(path).update(
+            updates={f"`{c}`": str(new[c]) for c in commit.merge_on if new[c] != old[c]},
+            predicate=" AND ".join(f"`{c}` = {old[c]}" for c in commit.merge_on))
+        return
     cols = SCHEMAS[commit.table].names
     src = _arrow(commit.table, commit.upserts + commit.deletes).append_column(
         "__op", pa.array(["u"] * len(commit.upserts) + ["d"] * len(commit.deletes)))
@@ -142,6 +148,8 @@ class History:
         for i, c in enumerate(self.commits):
             lines.append(f"  #{i} {c.table}{' create' if c.create else ''} upserts={list(c.upserts)} "
                          f"deletes={[{k: r[k] for k in c.merge_on} for r in c.deletes]}"
+                         + (f" rekeys={[({k: o[k] for k in c.merge_on}, {k: n[k] for k in c.merge_on}) for o, n in c.rekeys]}"
+                            if c.rekeys else "")
                          + ("  <-- run" if i in self.runs else ""))
         return "\n".join(lines)
 
@@ -184,6 +192,21 @@ class _Gen:
             new["qty"] = r["qty"] % 5 + 1
             out.append(new)
         return self.commit(FACT, out)
+
+    def fact_rekey(self) -> Commit | None:
+        """An UPDATE that moves one fact row to a free key (Delta: a pre-image under the old
+        key, a post-image under the new one)."""
+        rows = list(self.state[FACT].values())
+        free = [(o, n) for o in range(1, 7) for n in range(1, 4) if (o, n) not in self.state[FACT]]
+        if not rows or not free:
+            return None
+        old = self.rng.choice(rows)
+        o, n = self.rng.choice(free)
+        new = {**old, "order_id": o, "line_no": n}
+        st = self.state[FACT]
+        st.pop((old["order_id"], old["line_no"]))
+        st[(o, n)] = new
+        return Commit(FACT, MERGE_ON[FACT], rekeys=((dict(old), new),))
 
     def fact_delete(self) -> Commit | None:
         rows = list(self.state[FACT].values())
@@ -263,13 +286,14 @@ class _Gen:
         return out
 
     def step(self) -> Commit:
-        kinds = [("fact_insert", 4), ("fact_update", 3), ("fact_delete", 1.2), ("orders", 2.5),
+        kinds = [("fact_insert", 4), ("fact_update", 3), ("fact_delete", 1.2), ("fact_rekey", 0.8), ("orders", 2.5),
                  ("orders_delete", 0.4), ("products", 1.5), ("products_delete", 0.4),
                  ("categories", 1.5), ("categories_delete", 0.3), ("customers", 2)]
         while True:
             kind = self.rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
             c = {"fact_insert": self.fact_insert, "fact_update": self.fact_update,
-                 "fact_delete": self.fact_delete, "orders": self.order_upsert,
+                 "fact_delete": self.fact_delete, "fact_rekey": self.fact_rekey,
+                 "orders": self.order_upsert,
                  "orders_delete": lambda: self.delete_dim("orders"),
                  "products": lambda: self.simple_dim("products", "name", ("widget", "gadget", "gizmo")),
                  "products_delete": lambda: self.delete_dim("products"),
@@ -293,4 +317,18 @@ def random_history(rng: random.Random, *, steps: int = 14, run_prob: float = 0.3
         if rng.random() < run_prob:
             h.runs.add(len(h.commits) - 1)
     h.runs.add(len(h.commits) - 1)
+    return h
+
+
+def rekey_history(rng: random.Random, *, seed: int = 0, rounds: int = 3) -> History:
+    """Random initial tables, then ``rounds`` times: a fact row moved to another key in place,
+    an update, another move (each move a Delta UPDATE: pre-image under the old key, post-image
+    under the new one); a run after each round."""
+    g = _Gen(rng)
+    h = History(seed=seed, commits=g.initial())
+    for _ in range(rounds):
+        for c in (g.fact_rekey(), g.fact_update(), g.fact_rekey()):
+            if c is not None:
+                h.commits.append(c)
+        h.runs.add(len(h.commits) - 1)
     return h

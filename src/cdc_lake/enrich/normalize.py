@@ -1,8 +1,9 @@
 """A micro-batch's fact changes -> the latest change per declared key (``fact.keys``).
 
 :func:`fact_rows` maps the raw batch (change-feed rows or events) to the fact columns plus
-``_fact_version`` (commit version; events: the batch id) and ``_is_delete``; update pre-images
-are dropped; from an SCD2 table only open versions count (``_valid_to`` null; ``_cdc_op =
+``_fact_version`` (commit version; events: the batch id) and ``_is_delete``; an update pre-image
+is a delete of its key (the post-image of the same commit outranks it when the key stays; an
+UPDATE that changes the key deletes the old one); from an SCD2 table only open versions count (``_valid_to`` null; ``_cdc_op =
 'delete'`` is a delete). :func:`latest_per_key` keeps one row per key — the newest version, an insert or
 post-image before a delete of the same version — and marks rows that must not be enriched
 (``_bad`` with ``_reason``: a null key, an event at or before the batch's watermark).
@@ -48,11 +49,21 @@ def is_fact_column(name: str) -> bool:
 
 
 def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
-    """Fact columns + ``_fact_version`` + ``_is_delete`` (pre-images dropped)."""
+    """Fact columns + ``_fact_version`` + ``_is_delete`` (pre-images as deletes of their keys)."""
     if cfg.fact.kind == "change_feed":
         cols = [c for c in batch.columns if is_fact_column(c)]
-        changes = batch.where(F.col("_change_type") != "update_preimage")
-        is_delete = F.col("_change_type") == "delete"
+        # A pre-image is a delete of its key, which its post-image in the same commit outranks
+        # when the key stays (latest_per_key keeps the non-delete of a version). An UPDATE that
+        # changes a fact's key has a post-image under the new key only: dropping pre-images
+        # left the old key's enriched row and its aggregate counts in place for good (tester,
+        # 2026-11-29). A pre-image with a null key says nothing about a key: dropped.
+        pre = F.col("_change_type") == "update_preimage"
+        null_key = F.lit(False)
+        for c in cfg.fact.keys:
+            if c in batch.columns:
+                null_key = null_key | F.col("`" + c.replace("`", "``") + "`").isNull()
+        changes = batch.where(~(pre & null_key))
+        is_delete = F.col("_change_type").isin("delete", "update_preimage")
         if "_valid_to" in batch.columns:
             # An SCD2 table (CDC scd: 2, dimension refresh): a fact's state is its open version.
             # A commit that changes a key inserts the new version and closes the old one (a
