@@ -156,7 +156,7 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
         raw = source_value(row, c, sp[c])
         matters = F.lit(True) if c in plan.keys else needed
         problems.append(F.when(matters & raw_present(row, c, sp[c]) & a[c].isNull(),
-                               F.concat(F.lit(f"column {c}: value "), F.to_json(raw),
+                               F.concat(F.lit(f"table {plan.name} column {c}: value "), F.to_json(raw),
                                         F.lit(f" is not a valid {ct.sql}"))))
         if check_exact(c, ct):
             problems.append(F.when(matters & ~is_exact(raw, a[c], ct, c), F.concat(

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
+from cdc_lake.cdc.definitions import check_definitions, record_definitions
 from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state
 from cdc_lake.cdc.table_records import record_tables, record_versions
 from cdc_lake.cdc.backlog import (LandedFileChanged, backlog, check_history_complete,
@@ -135,6 +136,8 @@ def run_pipeline(cfg: PipelineConfig, *, spark: SparkSession | None = None, run_
         if not full_refresh:
             record_tables(cfg)
         record_versions(cfg, rebuilt=selected if full_refresh else frozenset())
+        record_definitions(cfg, rebuilt=selected if full_refresh else frozenset(),
+                           checked=not full_refresh)
         try:  # too much quarantined: the summary says failed_quarantine_threshold, then raise
             if not full_refresh:  # (a rebuild's left-out lines were judged by the runs that read them)
                 enforce_quarantine_limits(cfg.quarantine_limits, summary, cfg.quarantine_path)
@@ -154,6 +157,7 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
                      recorded_elsewhere=lambda: _recorded_elsewhere(cfg))  # another's: exit 3
     if not full_refresh:  # a full refresh neither reads the main checkpoint nor needs the tables
         check_state(cfg)  # damaged checkpoint file / table deleted behind its back: stop, say how
+        check_definitions(cfg)  # a table's keys / scd / source changed in the YAML: exit 2
         check_landed_files_unchanged(cfg)  # appended to after it was read: never read again
     else:  # (the incremental path checks file names in check_landed_files_unchanged)
         check_landing_names(cfg)  # a ':' in a file name fails Hadoop's read of every file
