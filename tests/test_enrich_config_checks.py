@@ -239,6 +239,9 @@ PREFLIGHT_CASES = {
     "join column of another kind than the key": ("on: {product_id: id}", "on: {sku: id}",
                                                  "dimensions.products.on.sku",
                                                  ["'sku' is string", "'id'", "bigint", "'01' matches"]),
+    "join column a double against an integer key": ("on: {product_id: id}", "on: {price: id}",
+                                                    "dimensions.products.on.price",
+                                                    ["'price' is double", "bigint", "2^53"]),
     "dimension output is a fact column": ("category: cat}", "category: cat, QTY: name}",
                                           "dimensions.products.columns.QTY", ["'QTY'", "'qty'"]),
     "dimension column not in its table": ("category: cat}", "category: catt}",
@@ -425,3 +428,19 @@ def test_reprocess_summary_reports_the_snapshot_batch_on_its_own(spark, tmp_path
     _lake(fresh)
     s3 = run_enrich(load_pipeline(write(fresh, CHANGE_FEED)), spark=spark, run_id="r3", reprocess=True)
     assert s3["reprocess_snapshot"]["facts_read"] == 1 and s3["facts_read"] == 0, s3
+
+
+def test_a_dimension_path_with_no_table_is_warned_about_naming_key_and_path(spark, tmp_path: Path,
+                                                                          capsys) -> None:
+    """A typo in a dimension's path parked every fact with nothing but ``{'products': None}``
+    in the summary (tester). A dimension may legitimately not exist yet, so the run goes on;
+    stderr names the YAML key and the path."""
+    from cdc_lake.enrich.job import run_enrich
+
+    _lake(tmp_path)
+    cfg = load_pipeline(write(tmp_path, edit(CHANGE_FEED, "{table: products,", "{table: prodcts,")))
+    summary = run_enrich(cfg, spark=spark, run_id="r1")
+    err = capsys.readouterr().err
+    assert (f"[enrich] WARNING: dimensions.products.table: no Delta table at {tmp_path / 'prodcts'} "
+            "(yet)") in err, err
+    assert summary["pending_rows"] == 1, summary

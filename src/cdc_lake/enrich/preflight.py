@@ -11,7 +11,8 @@ first micro-batch, as Spark's raw ``AnalysisException`` (exit 1), or ran and fai
   dimension without ``_valid_from``/``_valid_to``;
 * a join column (``dimensions.<d>.on``) whose type is of another kind than the dimension key's
   (a string against a number: Spark casts, ``'01'`` matches ``1`` and a non-number fails the
-  batch);
+  batch), or a float/double against an exact number (compared as doubles: keys above 2^53
+  that differ match);
 * ``event_time`` of a type the as-of joins and the ``day``/``hour`` bucket cannot use;
 * an aggregate ``sums`` expression that does not parse, does not resolve over the enriched
   columns, is an aggregate function, or is not numeric (a string sum failed only when a row
@@ -19,7 +20,8 @@ first micro-batch, as Spark's raw ``AnalysisException`` (exit 1), or ran and fai
 
 Each raises :class:`ConfigError` (exit 2 from ``spark_jobs/enrich.py``) naming the YAML file,
 the dotted key, the value and what is available. A table that does not exist yet is not checked
-(a dimension without a table parks every fact; a missing change feed is the source's error).
+(a dimension without a table parks every fact: a warning names it; a missing change feed is the
+source's error).
 
 Example::
 
@@ -30,14 +32,15 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, CharType, DataType, DateType, MapType,
-                               NullType, NumericType, StringType, StructField, StructType, TimestampNTZType,
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, CharType, DataType, DateType, DoubleType,
+                               FloatType, MapType, NullType, NumericType, StringType, StructField, StructType, TimestampNTZType,
                                TimestampType, VarcharType)
 from pyspark.sql.utils import AnalysisException
 
@@ -48,6 +51,7 @@ from cdc_lake.enrich.normalize import is_fact_column
 from cdc_lake.enrich.validate import ENRICHED_JOB_COLUMNS, check_columns
 
 EVENT_TIME_TYPES = (TimestampType, TimestampNTZType, DateType)
+FractionalBinary = (FloatType, DoubleType)  # inexact numbers: only joined with their own kind
 
 
 def fact_columns(cfg: EnrichConfig, engine: Engine) -> tuple[StructType, str] | None:
@@ -110,6 +114,10 @@ def _check_dimensions(cfg: EnrichConfig, engine: Engine,
     for d in cfg.dimensions:
         schema = engine.schema(str(d.table))
         if schema is None:  # type unknown until the table exists: any use of it resolves
+            print(f"[enrich] WARNING: dimensions.{d.name}.table: no Delta table at {d.table} "
+                  "(yet): every fact joined with it waits in the pending table until it exists "
+                  "(or is released without its columns after late_members.wait); a typo in the "
+                  "path?", file=sys.stderr, flush=True)
             types.update({o: NullType() for o in d.outputs})
             continue
         fields = {f.name: f.dataType for f in schema.fields}
@@ -163,6 +171,14 @@ def _check_join_types(cfg: EnrichConfig, columns: dict[str, DataType],
                     f"them by casting one to the other (a string against a number: '01' matches "
                     f"1, a value that is not a number fails the batch). Give both the same kind of type upstream (a CDC "
                     f"pipeline's tables.<t>.types, or the events schema)"))
+            if isinstance(ft, FractionalBinary) != isinstance(kt, FractionalBinary):
+                raise ConfigError(cfg.file, f"dimensions.{d.name}.on.{fact_col}", (
+                    f"join column {fact_col!r} is {ft.simpleString()} but the dimension key "
+                    f"{dim_col!r} of table {d.table} is {kt.simpleString()}: Spark compares them "
+                    f"as doubles, which hold integers exactly only up to 2^53 and decimal fractions "
+                    f"not at all, so keys that differ would match (9007199254740993 = "
+                    f"9007199254740992; tester). Give both an exact type (integer or decimal) "
+                    f"upstream, or both float/double"))
 
 
 def _check_event_time(cfg: EnrichConfig, columns: dict[str, DataType]) -> None:
