@@ -135,7 +135,8 @@ def test_damaged_quarantine_log_names_it_and_moving_it_aside_lets_runs_go_on(spa
 
 
 @pytest.mark.parametrize("damage", ["offsets_empty", "commits_truncated", "metadata_empty",
-                                    "source_log_truncated", "offsets_missing_source"])
+                                    "source_log_truncated", "offsets_missing_source",
+                                    "offsets_conf_key_removed"])
 def test_damaged_checkpoint_file_names_the_file_and_the_recovery(spark, tmp_path, damage, request):
     cfg, cp = request.getfixturevalue("ingested")
     victim, new_text = {
@@ -146,6 +147,9 @@ def test_damaged_checkpoint_file_names_the_file_and_the_recovery(spark, tmp_path
         "offsets_missing_source": (cp / "offsets" / "1",
                                    (cp / "offsets" / "1").read_text().splitlines()[0] + "\n"
                                    + (cp / "offsets" / "1").read_text().splitlines()[1]),
+        # a hand edit that drops a setting Spark reads on a restart: Spark's "None.get" before
+        "offsets_conf_key_removed": (cp / "offsets" / "1", (cp / "offsets" / "1").read_text().replace(
+            '"spark.sql.shuffle.partitions":', '"spark.sql.shuffle_partitions":')),
     }[damage]
     original = victim.read_bytes()
     victim.write_text(new_text)

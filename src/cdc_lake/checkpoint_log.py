@@ -106,6 +106,9 @@ def _json(line: str) -> Any:
         raise ValueError(f"truncated or corrupt (line {line[:60]!r} is not JSON)") from None
 
 
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
 def read_offsets(checkpoint: Path, batch_id: int) -> OffsetEntry:
     """Parse ``offsets/<batch_id>`` (ValueError naming the problem if it is damaged)."""
     lines = _lines(checkpoint / "offsets" / str(batch_id))
@@ -115,6 +118,12 @@ def read_offsets(checkpoint: Path, batch_id: int) -> OffsetEntry:
     sources = tuple(None if ln == "-" else _json(ln) for ln in lines[1:])
     if not isinstance(meta, dict) or not all(s is None or isinstance(s, dict) for s in sources):
         raise ValueError("not in the offsets format")
+    conf = meta.get("conf")
+    if conf is not None and (not isinstance(conf, dict) or SHUFFLE_PARTITIONS not in conf):
+        # Spark writes its session settings there and reads them back on a restart; without
+        # this one its restart fails with "None.get" (tester: hand-edited offsets file)
+        raise ValueError(f"its batch metadata lacks the setting {SHUFFLE_PARTITIONS} Spark "
+                         "wrote there and reads on a restart")
     return OffsetEntry(batch_id, meta, sources)
 
 
