@@ -17,9 +17,9 @@ or put the YAML back. :func:`record_definitions` runs after every successful run
 
 Example::
 
-    check_definitions(cfg)                       # before an incremental run's stream
-    check_definitions(cfg, rebuilding={"orders"})  # a full refresh of orders
-    record_definitions(cfg, rebuilt={"orders"}, checked=True)
+    check_definitions(cfg)      # before an incremental run (a full refresh is not checked)
+    record_definitions(cfg)     # after it; after a full refresh of orders:
+    record_definitions(cfg, rebuilt={"orders"}, checked=False)
 """
 
 from __future__ import annotations
@@ -84,12 +84,12 @@ def _quarantined_unknown(cfg: PipelineConfig, t: TableConfig) -> int:
     return ds.count_rows(filter=cond)
 
 
-def check_definitions(cfg: PipelineConfig, rebuilding: frozenset[str] | set[str] = frozenset()) -> None:
+def check_definitions(cfg: PipelineConfig) -> None:
     """Raise :class:`ConfigError` when a table this checkpoint's runs wrote has another definition
     in the YAML now, or a newly listed table's source was read before (see the module
-    docstring). ``rebuilding``: the tables a full refresh is rebuilding (their new definition is
-    what it builds). Nothing recorded (a new pipeline, or a checkpoint from before this record):
-    nothing to compare; the run records the definitions."""
+    docstring). Nothing recorded (a new pipeline, or a checkpoint from before this record):
+    nothing to compare; the run records the definitions. A full refresh is not checked: it
+    builds the tables it rebuilds under the YAML's definitions and leaves the others alone."""
     from cdc_lake.cdc.state import refresh_command
 
     recorded = _read(cfg)
@@ -98,8 +98,6 @@ def check_definitions(cfg: PipelineConfig, rebuilding: frozenset[str] | set[str]
     problems: list[tuple[str, str]] = []  # (table, what changed)
     by_source = {d.get("source"): n for n, d in recorded.items()}
     for name, t in cfg.tables.items():
-        if name in rebuilding:
-            continue
         now, was = definition(t), recorded.get(name)
         if was is None:
             other = by_source.get(now["source"])
