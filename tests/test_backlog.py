@@ -200,7 +200,8 @@ def test_an_offsets_file_of_another_kind_of_source_is_exit_3_naming_it(tmp_path)
     (cp / "commits").mkdir(parents=True)
     (cp / "offsets").mkdir()
     (cp / "commits" / "2").write_text("v1\n{}\n")
-    (cp / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"version": 3}\n')
+    (cp / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,'
+                                     '"conf":{"spark.sql.shuffle.partitions":"2"}}\n{"version": 3}\n')
     with pytest.raises(PipelineStateError) as e:
         check_landed_files_unchanged(cfg)
     assert str(cp / "offsets" / "2") in str(e.value) and "logOffset" in str(e.value), str(e.value)

@@ -288,4 +288,4 @@ def test_epoch_values_beyond_years_1_to_9999_are_quarantined_not_a_failed_run(sp
                           "d": (EPOCH + timedelta(days=d)).date()}, got[i]
     reasons = _quarantined(cfg)
     assert sorted(r.split(":")[0] for r in reasons) == sorted(
-        f"column {c}" for v in bad.values() for c in v), reasons
+        f"table ts column {c}" for v in bad.values() for c in v), reasons
