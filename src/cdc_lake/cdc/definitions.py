@@ -27,10 +27,10 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from pathlib import Path
 from typing import Any
 
 from cdc_lake.cdc.config import PipelineConfig, TableConfig
+from cdc_lake.cdc.table_records import is_table
 from cdc_lake.checkpoint import read_state_file
 from cdc_lake.config import ConfigError
 from cdc_lake.paths import mv_aside
@@ -59,16 +59,10 @@ def _read(cfg: PipelineConfig) -> dict[str, dict[str, Any]] | None:
     return {n: d for n, d in data["tables"].items() if isinstance(d, dict)}
 
 
-def _is_table(path: Path) -> bool:
-    from deltalake import DeltaTable
-
-    return DeltaTable.is_deltatable(str(path))
-
-
 def _quarantined_unknown(cfg: PipelineConfig, t: TableConfig) -> int:
     """How many lines of this pipeline the quarantine holds as events of an unknown table that
     this table's source now matches."""
-    if not _is_table(cfg.quarantine_path):
+    if not is_table(cfg.quarantine_path):
         return 0
     import pyarrow.compute as pc
     from deltalake import DeltaTable
@@ -101,7 +95,7 @@ def check_definitions(cfg: PipelineConfig) -> None:
         now, was = definition(t), recorded.get(name)
         if was is None:
             other = by_source.get(now["source"])
-            if other is not None and other not in cfg.tables and not _is_table(t.path):
+            if other is not None and other not in cfg.tables and not is_table(t.path):
                 problems.append((name, f"tables.{name} reads source {now['source']}, which this "
                                        f"checkpoint's runs wrote to table {other!r} (no longer in the YAML: "
                                        f"renamed?); {name} would hold only the changes from now on"))
@@ -110,7 +104,7 @@ def check_definitions(cfg: PipelineConfig) -> None:
                                        f"its source {now['source']} are in the quarantine as an "
                                        f"unknown table; {name} would hold only the changes from now on"))
             continue
-        if not _is_table(t.path):
+        if not is_table(t.path):
             continue  # never written: nothing built under the old definition
         changed = [f"tables.{name}.{f}: {was.get(f)!r} -> {now[f]!r}" for f in FIELDS if was.get(f) != now[f]]
         if changed:

@@ -3,8 +3,8 @@
 :func:`fact_rows` maps the raw batch (change-feed rows or events) to the fact columns plus
 ``_fact_version`` (commit version; events: the batch id) and ``_is_delete``; an update pre-image
 is a delete of its key (the post-image of the same commit outranks it when the key stays; an
-UPDATE that changes the key deletes the old one); from an SCD2 table only open versions count (``_valid_to`` null; ``_cdc_op =
-'delete'`` is a delete). :func:`latest_per_key` keeps one row per key — the newest version, an insert or
+UPDATE that changes the key deletes the old one); from an SCD2 table only open versions count
+(``_valid_to`` null; ``_cdc_op = 'delete'`` is a delete). :func:`latest_per_key` keeps one row per key — the newest version, an insert or
 post-image before a delete of the same version — and marks rows that must not be enriched
 (``_bad`` with ``_reason``: a null key, an event at or before the batch's watermark).
 
@@ -51,7 +51,7 @@ def is_fact_column(name: str) -> bool:
 def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
     """Fact columns + ``_fact_version`` + ``_is_delete`` (pre-images as deletes of their keys)."""
     if cfg.fact.kind == "change_feed":
-        cols = [c for c in batch.columns if is_fact_column(c)]
+        fact_cols = [c for c in batch.columns if is_fact_column(c)]
         # A pre-image is a delete of its key, which its post-image in the same commit outranks
         # when the key stays (latest_per_key keeps the non-delete of a version). An UPDATE that
         # changes a fact's key has a post-image under the new key only: dropping pre-images
@@ -59,9 +59,8 @@ def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
         # 2026-11-29). A pre-image with a null key says nothing about a key: dropped.
         pre = F.col("_change_type") == "update_preimage"
         null_key = F.lit(False)
-        for c in cfg.fact.keys:
-            if c in batch.columns:
-                null_key = null_key | F.col("`" + c.replace("`", "``") + "`").isNull()
+        for key in cols([c for c in cfg.fact.keys if c in batch.columns]):
+            null_key = null_key | key.isNull()
         changes = batch.where(~(pre & null_key))
         is_delete = F.col("_change_type").isin("delete", "update_preimage")
         if "_valid_to" in batch.columns:
@@ -73,7 +72,7 @@ def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
             if "_cdc_op" in batch.columns:
                 is_delete = is_delete | (F.col("_cdc_op") == "delete")
         rows = changes.select(
-            *[F.col(f"`{c}`") for c in cols],
+            *cols(fact_cols),
             F.col("_commit_version").cast("bigint").alias("_fact_version"),
             is_delete.alias("_is_delete"))
     else:

@@ -40,8 +40,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, CharType, DataType, DateType, DoubleType,
-                               FloatType, MapType, NullType, NumericType, StringType, StructField, StructType, TimestampNTZType,
-                               TimestampType, VarcharType)
+                               FloatType, MapType, NullType, NumericType, StringType, StructField, StructType,
+                               TimestampNTZType, TimestampType, VarcharType)
 from pyspark.sql.utils import AnalysisException
 
 from cdc_lake.config import ConfigError
