@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -87,6 +88,18 @@ def test_valid_config_loads(tmp_path: Path) -> None:
     f.write_text(json.dumps(VALID))
     cfg = load_pipeline(f)
     assert cfg.name == "fuzz_p" and set(cfg.tables) == {"orders", "customers"}
+
+
+def test_a_path_with_a_nul_character_is_a_config_error(tmp_path: Path) -> None:
+    """Found by the property test below: a NUL in a path setting was a bare ValueError
+    ("embedded null byte") from pathlib, a traceback instead of exit 2 naming the key."""
+    raw = copy.deepcopy(VALID)
+    raw["source"]["path"] = "landing\x00x"
+    f = tmp_path / "p.yaml"
+    f.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(f)
+    assert e.value.key == "source.path" and "NUL" in str(e.value), str(e.value)
 
 
 @_settings(2000 if SLOW else 150)

@@ -212,6 +212,8 @@ class Reader:
         v = self.str(name, required=required)
         if v is None:
             return default
+        if "\x00" in v:
+            raise self.fail(name, f"a path cannot contain a NUL character, got {v!r}")
         p = Path(v).expanduser()
         return (p if p.is_absolute() else (self.file.parent / p)).resolve()
 
