@@ -297,6 +297,33 @@ def test_a_damaged_delta_checkpoint_of_an_own_table_gets_the_lossless_recovery(s
     assert actual(tmp_path) == truth(tmp_path)
 
 
+def test_a_damaged_newest_commit_record_gets_the_lossless_replay(spark, tmp_path: Path,
+                                                                capsys) -> None:
+    """An empty ``commits/N`` of the newest batch (its offsets intact): before, the recovery
+    offered was --reprocess only (a rebuild of every output). Now the message leads with moving
+    that file aside; the batch then runs again from its plan and logged offsets, skips the
+    writes it made (the aggregate counts each fact once) and the next batches go on."""
+    yaml = two_runs(tmp_path, capsys)
+    cp = load_pipeline(yaml).checkpoint_path
+    versions = {p.name: DeltaTable(str(p)).version() for p in (tmp_path / "gold/lines",
+                                                                tmp_path / "gold/units")}
+    (cp / "commits" / "1").write_text("")
+    code, out = cli(capsys, yaml, "--run-id", "r3")
+    assert code == 3, out
+    assert f"checkpoint file {cp / 'commits' / '1'} is empty" in out and "offsets/1 is intact" in out, out
+    [cmd] = re.findall(r"`(mv [^`]+)`", out.split("Only if that run fails")[0])
+    subprocess.run(cmd, shell=True, check=True)
+    code, out = cli(capsys, yaml, "--run-id", "r4")
+    assert code == 0, out
+    assert {p.name: DeltaTable(str(p)).version() for p in (tmp_path / "gold/lines",
+                                                            tmp_path / "gold/units")} == versions
+    assert actual(tmp_path) == truth(tmp_path)
+    facts(tmp_path, (6, 10, 7), (2, 11, 8))
+    code, out = cli(capsys, yaml, "--run-id", "r5")
+    assert code == 0, out
+    assert actual(tmp_path) == truth(tmp_path)
+
+
 @pytest.mark.slow  # each loss alone; the default tier meets all three kinds in one run (above)
 @pytest.mark.parametrize("case", sorted(LOSSES))
 def test_own_table_lost_behind_the_checkpoint_stops_with_exit_3(spark, tmp_path: Path, capsys,

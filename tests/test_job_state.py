@@ -168,6 +168,44 @@ def test_damaged_checkpoint_file_names_the_file_and_the_recovery(spark, tmp_path
                      r.stderr), r.stderr
 
 
+def test_a_damaged_newest_commit_record_gets_the_lossless_replay(spark, tmp_path):
+    """An empty ``commits/N`` of the newest batch (offsets/N intact): the message leads with
+    moving that one file aside, not the whole checkpoint; following it, batch N runs again
+    from its logged offsets, skips the writes it made (no new table version, no quarantine or
+    DDL-log row twice) and later batches go on as usual."""
+    from deltalake import DeltaTable
+
+    cfg = pipeline(tmp_path)
+    cp = cfg.checkpoint_path
+    land(cfg.landing_path, "a.json", event(1), event(2))
+    run_pipeline(cfg, spark=spark, run_id="r1")
+    land(cfg.landing_path, "b.json", event(3, "customers"), event(4), "not a json line")
+    run_pipeline(cfg, spark=spark, run_id="r2")
+    versions = {n: DeltaTable(str(t.path)).version() for n, t in cfg.tables.items()}
+    quarantine = DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().num_rows
+    assert quarantine == 1
+    (cp / "commits" / "1").write_text("")
+
+    r = run_cli(spark, cfg.file)
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert f"checkpoint file {cp / 'commits' / '1'} is empty" in r.stderr, r.stderr
+    assert "offsets/1 is intact" in r.stderr, r.stderr
+    [cmd] = re.findall(r"`(mv [^`]+)`", r.stderr.split("Only if that run fails")[0])
+    assert re.fullmatch(moved_aside(cp / "commits" / "1"), cmd), cmd
+    subprocess.run(cmd, shell=True, check=True)
+
+    r = run_cli(spark, cfg.file, run_id="replay")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {n: DeltaTable(str(t.path)).version() for n, t in cfg.tables.items()} == versions
+    assert DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().num_rows == quarantine
+    assert last_committed_batch(cp) == 1
+    land(cfg.landing_path, "c.json", event(5))
+    s = run_pipeline(cfg, spark=spark, run_id="r3")
+    assert s["status"] == "succeeded" and s["events_read"] == 1, s
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 4: "s4", 5: "s5"}
+    assert rows(cfg.tables["customers"].path) == {3: "s3"}
+
+
 @pytest.mark.parametrize("damage", ["metadata", "sources", "last_source_log", "newest_offsets"])
 def test_missing_checkpoint_file_names_the_file_and_the_recovery(spark, damage, request):
     """A checkpoint with batches but without ``metadata`` or (part of) the file source's log:

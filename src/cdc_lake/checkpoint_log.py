@@ -307,8 +307,33 @@ def validate_checkpoint(checkpoint: Path, *, recovery: str) -> None:
             check()
         except (ValueError, UnicodeDecodeError, OSError) as e:
             raise CheckpointDamaged(path, str(e) if isinstance(e, ValueError) else
-                                    f"unreadable ({e})", recovery) from None
+                                    f"unreadable ({e})",
+                                    _newest_commit_recovery(checkpoint, path, recovery) or recovery
+                                    ) from None
     _check_complete(checkpoint, recovery)
+
+
+def _newest_commit_recovery(checkpoint: Path, path: Path, recovery: str) -> str | None:
+    """The lossless recovery when ``path`` is the newest ``commits/N`` and ``offsets/N`` is
+    intact: without the commit record Spark runs batch ``N`` again from its logged offsets (the
+    ordinary replay after a crash), and the writes the batch already made are skipped by their
+    Delta transaction ids. ``None`` for any other file."""
+    from cdc_lake.paths import mv_aside
+
+    commits = checkpoint / "commits"
+    if path.parent != commits or not path.name.isdigit():
+        return None
+    n = int(path.name)
+    if n != batch_ids(commits)[-1]:
+        return None
+    try:
+        read_offsets(checkpoint, n)
+    except (ValueError, UnicodeDecodeError, OSError):
+        return None
+    return (f"it is the newest batch's commit record and offsets/{n} is intact, so move the file "
+            f"aside and run again: `{mv_aside(path)}`; batch {n} then runs again from its logged "
+            "offsets, and the writes it already made are skipped by their Delta transaction ids "
+            f"(nothing is read twice or lost). Only if that run fails: {recovery}")
 
 
 def _check_complete(checkpoint: Path, recovery: str) -> None:
