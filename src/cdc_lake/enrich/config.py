@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from cdc_lake.config import (NAME_RE, TRIGGERS, ConfigError, DeltaSparkSettings, Reader, Schedule,
                              parse_runtime, parse_schedule)
+from cdc_lake.enrich.columns import reserved, reserved_message
 from cdc_lake.locks import LockSettings
 from cdc_lake.paths import overlap
 
@@ -29,49 +30,6 @@ _DURATION_RE = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _EVENT_FORMATS = ("json",)
 TIME_BUCKETS = ("day", "hour", "none")
-# Columns the job adds to its outputs: no fact or dimension output column may use these names.
-# Compared case-insensitively (:func:`reserved`): Spark resolves column names so, and a dimension
-# output `_Fact_Version` failed the batch with AMBIGUOUS_REFERENCE.
-RESERVED = ("_unknown_members", "_fact_version", "_enriched_batch", "_dim_versions", "_missing",
-            "_parked_at", "count", "_group_key",
-            # working columns of a batch (normalize, joins, pending, writer): a fact column of
-            # one of these names failed the batch (AMBIGUOUS_REFERENCE, a UNION mismatch) or was
-            # silently left out of the enriched table (`_reason`)
-            "_is_delete", "_fate", "_bad", "_tie", "_reason", "_prev_missing", "_origin",
-            "_stored_version", "_rn", "__n", "__versions", "__sum", "__corrupt_line",
-            "__event_time_kept", "__no_id", "__source_file")
-# Events: the file a line came from (Spark's ``_metadata.file_path``), for the quarantine.
-SOURCE_FILE = "__source_file"
-# Events: the text of a line that is not JSON or holds a value not of its schema type (Spark's
-# corrupt-record column), carried to the quarantine.
-CORRUPT = "__corrupt_line"
-# Output columns only (the aggregates' count / group key): a fact column may be named so.
-_AGGREGATE_ONLY = ("count", "_group_key")
-_JOIN_HELPER = re.compile(r"^__d\d+_(k_\d+|hit|vf|vt)$")  # enrich.joins, per dimension
-
-
-def reserved(name: str) -> str | None:
-    """The job column ``name`` is (any case), or None."""
-    low = name.lower()
-    if _JOIN_HELPER.match(low):
-        return low
-    return next((r for r in RESERVED if r == low), None)
-
-
-def reserved_fact_column(name: str) -> str | None:
-    """The job column a fact column ``name`` would collide with (any case), or None (the
-    aggregates' ``count`` / ``_group_key`` are no fact-side columns)."""
-    r = reserved(name)
-    return None if r in _AGGREGATE_ONLY else r
-
-
-def _reserved_message(name: str) -> str:
-    r = reserved(name)
-    return (f"{name!r} is reserved for the job's own columns"
-            + (f" ({r!r}: column names are case-insensitive, as Spark resolves them)"
-               if r != name else "") + f"; reserved: {', '.join(RESERVED)}")
-
-
 @dataclass(frozen=True)
 class EventSource:
     """``fact.events``: an append-only landing folder of JSON events (file stream)."""
@@ -286,7 +244,7 @@ def _dimensions(r: Reader) -> tuple[DimensionConfig, ...]:
                 raise d.fail(f"columns.{out}", f"output column {out!r} is already produced by "
                              f"dimensions.{outputs[out]}; rename one")
             if reserved(out):
-                raise d.fail(f"columns.{out}", _reserved_message(out))
+                raise d.fail(f"columns.{out}", reserved_message(out))
             outputs[out] = str(name)
         dims.append(DimensionConfig(str(name), d.path("table", required=True),  # type: ignore[arg-type]
                                     keys, scd, tuple(on.items()), tuple(columns.items())))
@@ -324,7 +282,7 @@ def _aggregates(o: Reader, root: Path) -> tuple[AggregateConfig, ...]:
         sums = _mapping(a, "sums", required=False)
         for s in sums:
             if reserved(s):
-                raise a.fail(f"sums.{s}", _reserved_message(s))
+                raise a.fail(f"sums.{s}", reserved_message(s))
             if not NAME_RE.match(s):
                 raise a.fail(f"sums.{s}", f"{s!r} is not a valid column name ({NAME_RE.pattern})")
         out.append(AggregateConfig(str(name), a.path("path", default=root / str(name)),  # type: ignore[arg-type]

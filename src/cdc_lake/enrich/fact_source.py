@@ -3,7 +3,7 @@
 * ``change_feed``: the Delta change feed (:mod:`cdc_lake.sources.change_feed`), from the version
   a ``--reprocess`` snapshot left in ``<checkpoint>/enrich_start.json`` (:func:`start_version`);
 * ``events``: an append-only JSON folder, read into ``fact.events.schema`` with Spark's
-  corrupt-record column (:data:`~cdc_lake.enrich.config.CORRUPT`: a malformed line keeps its
+  corrupt-record column (:data:`~cdc_lake.enrich.columns.CORRUPT`: a malformed line keeps its
   text for the quarantine) and deduplicated by the event id within the watermark, every event
   without an id kept apart (:func:`_dedupe_events`).
 
@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 
 from cdc_lake.config import FILE_SOURCE_MAX_AGE
 from cdc_lake.engines import Engine
-from cdc_lake.enrich.config import CORRUPT, SOURCE_FILE, EnrichConfig
+from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
+from cdc_lake.enrich.config import EnrichConfig
 
 START_FILE = "enrich_start.json"
 

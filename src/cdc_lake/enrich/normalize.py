@@ -30,7 +30,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from cdc_lake.checkpoint_log import batch_watermark_ms
-from cdc_lake.enrich.config import CORRUPT, EnrichConfig, EventSource
+from cdc_lake.enrich.columns import CORRUPT
+from cdc_lake.enrich.config import EnrichConfig, EventSource
 from cdc_lake.enrich.joins import SCD2_COLUMNS
 
 

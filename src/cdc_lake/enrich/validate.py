@@ -20,7 +20,7 @@ import re
 from typing import TYPE_CHECKING
 
 from cdc_lake.config import ConfigError
-from cdc_lake.enrich.config import RESERVED, reserved_fact_column
+from cdc_lake.enrich.columns import RESERVED, reserved_fact_column
 
 if TYPE_CHECKING:
     from cdc_lake.enrich.config import AggregateConfig, EnrichConfig

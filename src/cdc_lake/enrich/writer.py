@@ -26,35 +26,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ArrayType, DataType, LongType, MapType, NullType, StringType,
-                               StructField, StructType, TimestampType)
 
 from cdc_lake.cdc.batch_writer import CRASH_ENV, Phases, align
 from cdc_lake.checkpoint_log import batch_source_offsets
 from cdc_lake.engines import Engine, MergeSpec, Txn, WriteResult
-from cdc_lake.engines.base import arrow_frame
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import keys as keys_mod
+from cdc_lake.enrich import outputs as out
 from cdc_lake.enrich import pending as pd
-from cdc_lake.enrich.config import CORRUPT, SOURCE_FILE, EnrichConfig
+from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
+from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensions
 from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_file, read_at,
                                   source_mismatch)
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 from cdc_lake.enrich.table_types import as_types, fit_table
-
-MANIFEST_SCHEMA = StructType([
-    StructField("pipeline", StringType()), StructField("batch_id", LongType()),
-    StructField("run_id", StringType()), StructField("batch_started_at", TimestampType()),
-    StructField("dimension_versions", MapType(StringType(), LongType())),
-    StructField("enriched_version_before", LongType()),
-    StructField("pending_version_before", LongType())])
-
 
 @dataclass
 class EnrichStats:
@@ -83,16 +72,6 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _raw_line(norm: DataFrame, fact_cols: list[str]) -> Column:
-    """A quarantined fact as text: an events line Spark could not read as it was (its corrupt
-    record), otherwise the fact's columns as JSON."""
-    as_json = F.to_json(F.struct(*[F.col(f"`{c}`") for c in fact_cols if c in norm.columns]))
-    # valid UTF-8 (a byte such as \xff of a landed line kept as it was made the shared
-    # quarantine table unreadable by Arrow/pandas: tester), as the CDC quarantine does
-    return F.make_valid_utf8(F.coalesce(F.col(CORRUPT), as_json) if CORRUPT in norm.columns
-                             else as_json)
-
-
 def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[bool, bool], int], int, dict[str, int]]:
     """``(counts, ties, fates)`` of a batch from one Spark job: the normalized changes per
     (bad, late) with the number of fact keys changed twice in the commit, and the candidates
@@ -113,25 +92,6 @@ def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[
         else:
             fates[r["_fate"]] = r["n"]
     return counts, ties, fates
-
-
-def _no_void(df: DataFrame, target: StructType | None) -> DataFrame:
-    """Columns of unknown type (a dimension with no table yet) take the target table's type, or
-    string for a column the table does not have yet (table_types widens it later)."""
-    types = {} if target is None else {f.name: f.dataType for f in target.fields}
-    return df.select(*[F.col(f"`{f.name}`").cast(types.get(f.name, StringType())).alias(f.name)
-                       if isinstance(f.dataType, NullType) else F.col(f"`{f.name}`")
-                       for f in df.schema.fields])
-
-
-def _nullable(t: DataType) -> Any:
-    if isinstance(t, StructType):
-        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in t.fields])
-    if isinstance(t, ArrayType):
-        return ArrayType(_nullable(t.elementType), True)
-    if isinstance(t, MapType):
-        return MapType(t.keyType, _nullable(t.valueType), True)
-    return t
 
 
 class EnrichBatch:
@@ -256,7 +216,7 @@ class EnrichBatch:
         self._count_fates(fates)
         phases.mark("join+fate")
 
-        upserts = _no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, batch_id,
+        upserts = out.no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, batch_id,
                                                dim_versions), self.engine.schema(str(cfg.outputs.enriched)))
         dels = pd.enriched_deletes(fated, deletes, enriched0, self.keys)
         self.stats.enriched_upserted += sum(fates.get(f, 0) for f in pd.RELEASED)
@@ -268,23 +228,15 @@ class EnrichBatch:
 
         # Every output's source, planned first and computed together (delta-rs: one Spark job);
         # then the writes, in their fixed order.
-        enriched_spec = (MergeSpec(on=self.keys)
-                         .when_matched_delete("s._enriched_batch IS NULL")
-                         .when_matched_update_all("s._enriched_batch IS NOT NULL")
-                         .when_not_matched_insert_all("s._enriched_batch IS NOT NULL"))
-        pend_src = _no_void(pd.pending_changes(fated, deletes, pending0, self.keys, all_fact_cols),
+        pend_src = out.no_void(pd.pending_changes(fated, deletes, pending0, self.keys, all_fact_cols),
                             self.engine.schema(str(cfg.outputs.pending)))
-        pending_spec = (MergeSpec(on=self.keys)
-                        .when_matched_delete("s._parked_at IS NULL")
-                        .when_matched_update_all("s._parked_at IS NOT NULL")
-                        .when_not_matched_insert_all("s._parked_at IS NOT NULL"))
         # aggregates: old contribution = the enriched rows this batch replaces or deletes
         # (read at the batch's planned version: in this batch's types if a column was widened since)
         old = None if enriched0 is None else as_types(
             enriched0.join(enriched_src.select(*cols(k)), k, "left_semi"), upserts.schema)
         writes: list[tuple[str, Any, DataFrame, MergeSpec | None]] = [
-            ("enriched", cfg.outputs.enriched, enriched_src, enriched_spec),
-            ("pending", cfg.outputs.pending, pend_src, pending_spec)]
+            ("enriched", cfg.outputs.enriched, enriched_src, out.enriched_merge(self.keys)),
+            ("pending", cfg.outputs.pending, pend_src, out.pending_merge(self.keys))]
         for a in cfg.outputs.aggregates:
             agg_mod.check_columns(upserts, a, str(cfg.file))
             deltas = agg_mod.aggregate_deltas(old, upserts, a, cfg.event_time)
@@ -296,22 +248,10 @@ class EnrichBatch:
             writes.append((f"aggregate:{a.name}", a.path, deltas, agg_mod.merge_spec(a, types)))
         if n_bad:
             self.stats.quarantined += n_bad
-            # events: the line's own file; a change feed: the table (its rows have no file)
-            source_file = (F.coalesce(F.col(SOURCE_FILE), F.lit(cfg.fact.label))
-                           if SOURCE_FILE in norm.columns else F.lit(cfg.fact.label))
-            writes.append(("quarantine", cfg.outputs.quarantine, norm.where("_bad").select(
-                source_file.alias("source_file"),
-                _raw_line(norm, all_fact_cols).alias("raw_line"),
-                F.make_valid_utf8("_reason").alias("reason"),
-                F.lit(cfg.fact.label).alias("source_table"), F.lit(cfg.name).alias("pipeline"),
-                F.lit(self.run_id).alias("run_id"), F.lit(batch_id).cast("bigint").alias("batch_id"),
-                F.current_timestamp().alias("quarantined_at")), None))
-        manifest = arrow_frame(self.engine.spark, pa.Table.from_pylist([{
-            "pipeline": cfg.name, "batch_id": batch_id, "run_id": self.run_id,
-            "batch_started_at": plan.started_at, "dimension_versions": list(dim_versions.items()),
-            "enriched_version_before": plan.versions.get("enriched"),
-            "pending_version_before": plan.versions.get("pending")}],
-            schema=to_arrow_schema(MANIFEST_SCHEMA, timezone="UTC")), MANIFEST_SCHEMA)
+            writes.append(("quarantine", cfg.outputs.quarantine, out.quarantine_rows(
+                cfg, norm, all_fact_cols, run_id=self.run_id, batch_id=batch_id), None))
+        manifest = out.manifest_row(self.engine.spark, cfg, plan, batch_id=batch_id,
+                                    run_id=self.run_id, dim_versions=dim_versions)
         writes.append(("manifest", cfg.outputs.manifest, manifest, None))
         if dels is not None:
             phases.mark("deletes")
@@ -411,7 +351,7 @@ class EnrichBatch:
             return source
         existing = fit_table(self.engine, self.cfg, table, str(path), source.schema)
         if existing is None:
-            self.engine.create(str(path), _nullable(source.schema))
+            self.engine.create(str(path), out.nullable(source.schema))
             existing = self.engine.schema(str(path))
         return align(source, existing)
 
