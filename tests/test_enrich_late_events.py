@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import textwrap
 import time
 from datetime import datetime, timedelta, timezone
@@ -83,13 +84,16 @@ class Landing:
     def truth(self) -> tuple[set, set]:
         """(ids enriched, ids late) over every file landed, one micro-batch per file."""
         enriched, late, newest = set(), set(), None
+        wm = None
+        self.late_watermarks: dict = {}  # late id -> {(this batch's wm, the batch before's)}
         for rows in self.files:
-            wm = None if newest is None else newest - DELAY
+            wm, before = (None if newest is None else newest - DELAY), wm
             for r in rows:
                 if r["event_id"] is None:
                     continue
                 if wm is not None and _t(r["event_ts"].rstrip("Z")) <= wm:
                     late.add(r["event_id"])
+                    self.late_watermarks.setdefault(r["event_id"], set()).add((wm, before))
                 else:
                     enriched.add(r["event_id"])
             newest = max([newest] * (newest is not None)
@@ -119,9 +123,20 @@ def _check(tmp_path: Path, landing: Landing, summaries: list[dict], null_ids: in
     late_rows = [r for r in q if r["reason"].startswith("late event")]
     got_late = sorted(json.loads(r["raw_line"])["event_id"] for r in late_rows)
     assert got_late == sorted(late), (got_late, late)  # each once
-    for r in late_rows:  # the reason names the event id, its time and the watermark
-        ev = json.loads(r["raw_line"])
-        assert f"event_id {ev['event_id']}" in r["reason"] and "watermark" in r["reason"], r
+    for r in late_rows:  # the reason names the event id, its time and the watermark it is at
+        ev = json.loads(r["raw_line"])  # or before: this batch's, or (dropped by Spark's dedup)
+        assert f"event_id {ev['event_id']}" in r["reason"], r  # the one of the batch before
+        m = re.search(r"is at or before (this batch's watermark|the watermark Spark's "
+                      r"deduplication applies in this batch) (\S+ \S+) \(", r["reason"])
+        assert m, r["reason"]
+        printed = _t(m.group(2))
+        assert printed >= _t(ev["event_ts"].rstrip("Z")), r["reason"]
+        # Spark's dedup: the watermark of the Spark batch before, which is the previous file's
+        # batch or a no-data batch Spark ran after it (with this batch's watermark already)
+        allowed = [w[0] for w in landing.late_watermarks[ev["event_id"]]] + (
+            [] if m.group(1).startswith("this") else
+            [w[1] for w in landing.late_watermarks[ev["event_id"]]])
+        assert printed in allowed, (r["reason"], allowed)
     for r in q:  # the file the line came from (also for late rows Spark's dedup dropped)
         f = Path(unquote(urlsplit(r["source_file"]).path))
         assert f.parent == landing.dir and f.name in landing.names, r

@@ -102,7 +102,7 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFra
         # read again from the batch's files (fact_source.dropped_late_events).
         wm_ms = batch_watermark_ms(cfg.checkpoint_path, batch_id)
         if wm_ms > 0:
-            reason = F.when(F.col(f"`{ev.time}`") <= _ms(wm_ms), _late_reason(ev, wm_ms, ""))
+            reason = F.when(F.col(f"`{ev.time}`") <= _ms(wm_ms), _late_reason(ev, wm_ms, False))
         from cdc_lake.enrich.fact_source import dropped_late_events
 
         found = dropped_late_events(rows.sparkSession, cfg, batch_id)
@@ -110,7 +110,7 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFra
             d, late_wm = found
             dropped = d.select(
                 "*", F.lit(batch_id).cast("bigint").alias("_fact_version"),
-                F.lit(False).alias("_is_delete"), _late_reason(ev, late_wm, " before this batch")
+                F.lit(False).alias("_is_delete"), _late_reason(ev, late_wm, True)
                 .alias("_reason"))
     null_key = F.lit(False)
     for c in k:
@@ -140,10 +140,16 @@ def _ms(ms: int) -> Column:
     return F.timestamp_millis(F.lit(ms))
 
 
-def _late_reason(ev: EventSource, wm_ms: int, seen: str) -> Column:
-    """``late event: <time> <value> (<id> <value>) is at or before the watermark <wm> (...)``."""
+def _late_reason(ev: EventSource, wm_ms: int, dropped_by_spark: bool) -> Column:
+    """``late event: <time> <value> (<id> <value>) is at or before <which watermark> <wm> (...)``:
+    this batch's watermark, or the one of the batch before, which Spark's deduplication applies
+    (a docs tester took the second for the first when both read "seen before this batch")."""
+    which, behind = (("the watermark Spark's deduplication applies in this batch",
+                      f"the previous batch's watermark: {ev.watermark} behind the newest event "
+                      "time of the batches before that one") if dropped_by_spark else
+                     ("this batch's watermark",
+                      f"{ev.watermark} behind the newest event time of the batches before it"))
     return F.concat(
         F.lit(f"late event: {ev.time} "), F.col(f"`{ev.time}`").cast("string"),
         F.lit(f" ({ev.id} "), F.col(f"`{ev.id}`").cast("string"),
-        F.lit(f") is at or before the watermark {ev.watermark} behind the newest event time seen"
-              f"{seen} (watermark "), _ms(wm_ms).cast("string"), F.lit(")"))
+        F.lit(f") is at or before {which} "), _ms(wm_ms).cast("string"), F.lit(f" ({behind})"))
