@@ -85,3 +85,20 @@ def test_job_records_its_summary_while_holding_the_lock(spark, tmp_path, monkeyp
     assert seen == [("succeeded", True)], seen
     latest = json.loads((cfg.runs_path / cfg.name / "latest.json").read_text())
     assert latest["run_id"] == "r1" and latest["events_read"] == 2
+
+
+def test_summary_counts_follow_the_documented_rules(spark, tmp_path):
+    """docs/contracts.md: ``events_read`` counts every event, ``row_changes`` those that are not
+    DDL, skipped or ignored (quarantined ones included), ``ignored`` the events of
+    ``ignore_tables`` (docs tester: ``row_changes`` counted the ignored event too)."""
+    cfg = pipeline(tmp_path, extra="ignore_tables: [shop.audit_log]\n")
+    alter = json.dumps({"database": "shop", "table": "orders", "type": "table-alter",
+                        "ts": 1795000050, "position": "mysql-bin.000001:1050",
+                        "sql": "ALTER TABLE orders ADD COLUMN note TEXT"})
+    land(cfg.landing_path, "a.json", event(1), event(2, "customers"), event(3, "audit_log"),
+         event(4, "audit_log", "update"), alter, "not json")
+    s = job.run_pipeline(cfg, spark=spark, run_id="r1")
+    got = {k: s[k] for k in ("events_read", "row_changes", "ignored", "ddl_events", "quarantined")}
+    # 6 lines: 2 row changes of configured tables, 2 of an ignored table, 1 DDL, 1 not JSON
+    assert got == {"events_read": 6, "row_changes": 3, "ignored": 2, "ddl_events": 1,
+                   "quarantined": 1}, got

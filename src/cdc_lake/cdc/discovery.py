@@ -57,7 +57,9 @@ class Survey:
 
     @property
     def row_events(self) -> int:
-        return self._sum(lambda r: r._kind == "row")
+        """Row changes (``row_changes``): row events but those of ignored tables; rows that
+        failed (quarantined) included."""
+        return self._sum(lambda r: r._kind == "row" and not (r._target == IGNORED and r.ok))
 
     @property
     def skipped(self) -> int:
