@@ -178,13 +178,19 @@ def test_landing_file_with_colon_stops_before_spark(tmp_path, capsys):  # type: 
     (tmp_path / "p.yaml").write_text(YAML, encoding="utf-8")
     land(tmp_path / "landing", "orders_2026-11-26T10:00:00.json", [mw(1, "dots", "insert", odd(1, 1))])
     land(tmp_path / "landing", "_orders.json", [mw(2, "dots", "insert", odd(2, 2))])
+    # the product's own state files (capture resume state and its lock, the demo's) are not
+    # named: renaming them, as the warning advises, would break the capture's resume
+    for own in (".maxwell-capture-state.json", ".maxwell-capture-state.json.lock",
+                ".shop-capture-state.json", ".cdc-demo-state.json"):
+        (tmp_path / "landing" / own).write_text("{}")
     cfg = load_pipeline(tmp_path / "p.yaml")
     with pytest.raises(LandingFileNames) as e:
         run_pipeline(cfg, spark=None, run_id="colon")  # raises before a Spark session starts
     assert isinstance(e.value, ConfigError)  # exit 2
     msg = str(e.value)
     assert "'orders_2026-11-26T10:00:00.json'" in msg and "Rename" in msg and "source.path" in msg
-    assert "skipped as hidden" in capsys.readouterr().out
+    warning = capsys.readouterr().out
+    assert "1 landing file(s)" in warning and "_orders.json" in warning, warning
     assert not (tmp_path / "lake" / "dots").exists()
     # a full refresh reads every landed file too: the same stop, before a Spark session
     with pytest.raises(LandingFileNames):
