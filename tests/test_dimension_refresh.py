@@ -204,9 +204,18 @@ def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
     yaml = _yaml(tmp_path, scd=1, fmt="csv", engine="deltalake", schema=False)
     snaps = tmp_path / "snaps"
 
-    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 66
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01", "--run-id", "miss"]) == 66
     err = capsys.readouterr().err
     assert "SNAPSHOT MISSING" in err and str(snaps / "2026-01-01.csv") in err, err
+    runs = load_pipeline(yaml).runs_path / load_pipeline(yaml).name
+
+    def recorded(run_id: str) -> dict:  # a failed run is on record too (docs tester: none was)
+        import json
+
+        return json.loads((runs / f"{run_id}.json").read_text())
+
+    assert recorded("miss")["status"] == "failed" and "SnapshotMissing" in recorded("miss")["error"]
+    assert json_latest(runs)["run_id"] == "miss"
 
     assert job.main(["--pipeline", str(yaml), "--date", "2026-13-01"]) == 2
     assert "2026-13-01" in capsys.readouterr().err
@@ -216,8 +225,10 @@ def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
     assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01", "--run-id", "ok"]) == 0
     out = capsys.readouterr().out
     assert "CDC_RUN_SUMMARY" in out and '"status": "succeeded"' in out
-    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-02"]) == 3
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-02", "--run-id", "dup"]) == 3
     assert "duplicate keys" in capsys.readouterr().err
+    assert recorded("dup")["status"] == "failed" and "duplicate keys" in recorded("dup")["error"]
+    assert recorded("dup")["date"] == "2026-01-02" and json_latest(runs)["run_id"] == "dup"
 
     (snaps / "2026-01-03.csv").write_text("product_id,category\n1,a\n", encoding="utf-8")
     assert job.main(["--pipeline", str(yaml), "--date", "2026-01-03"]) == 3
@@ -487,3 +498,9 @@ def test_maintenance_of_a_dimension_compacts_its_table_and_leaves_a_damaged_one_
     assert t["status"] == "changed_behind" and f"left it at version {left + 1}" in t["error"], t
     assert "apply the snapshots again" in t["recovery"], t
     assert DeltaTable(str(cfg.table)).version() == left  # maintenance committed nothing
+
+
+def json_latest(runs: Path) -> dict:
+    import json
+
+    return json.loads((runs / "latest.json").read_text())

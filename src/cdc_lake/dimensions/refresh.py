@@ -46,7 +46,7 @@ from cdc_lake.engines import Engine, Txn, select_engine
 from cdc_lake.checkpoint import claim_checkpoint
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
-from cdc_lake.summary import record_summary
+from cdc_lake.summary import record_failure, record_summary
 
 __all__ = ["SnapshotInvalid", "SnapshotMissing", "last_applied", "run_refresh", "read_snapshot"]
 STATE_FILE = "last_applied.json"
@@ -295,36 +295,49 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
     }
     with pipeline_lock(cfg) as lock:
         lock.acquire(run_id)
-        claim_checkpoint(cfg.checkpoint_path, cfg.name, "dimension", cfg.file)  # another's: exit 3
-        state = read_state(cfg.checkpoint_path)
-        check_table(engine, cfg, state)
-        before = last_applied(engine, cfg)
-        summary["last_applied_before"] = version_date(before)
-        want = date_version(date)
-        if before is not None and want < before:
-            summary["status"] = "skipped_older_date"
-            summary["message"] = (f"{date} is older than the last applied date "
-                                  f"{version_date(before)}: nothing changed (no rollback)")
-        elif before == want:
-            summary["status"] = "already_applied"
-            summary["message"] = f"{date} was already applied: nothing changed (idempotent per date)"
-            summary["skipped_writes"] = 1
-            if not state:  # the state file was moved aside (its recovery): record the date again
-                _write_state(cfg.checkpoint_path, {
-                    "date": date, "version": want, "run_id": safe_run_id(run_id),
-                    "delta_version": engine.version(str(cfg.table)) if engine.exists(str(cfg.table)) else None,
-                    "applied_at": datetime.now(timezone.utc).isoformat()})
-        else:
-            _apply(spark, engine, cfg, date, run_id, summary)
-        after = last_applied(engine, cfg)
-        summary["last_applied_date"] = version_date(after)
-        summary["delta_version"] = engine.version(str(cfg.table))
-        summary["tables"] = {"table": {"delta_version": summary["delta_version"],
-                                       **{k: summary[k] for k in ("inserted", "updated", "deleted")}}}
-        summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        summary["duration_s"] = round(time.monotonic() - t0, 2)
-        record_summary(cfg.runs_path, cfg.name, summary)
+        try:
+            _refresh(spark, engine, cfg, date, run_id, summary, t0)
+        except Exception as e:  # recorded like the other kinds' failures (docs tester: none)
+            record_failure(cfg.runs_path, cfg.name, {
+                **summary, "status": "failed", "error": f"{type(e).__name__}: {str(e)[:2000]}",
+                "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "duration_s": round(time.monotonic() - t0, 2)})
+            raise
     return summary
+
+
+def _refresh(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, date: str,
+             run_id: str, summary: dict[str, Any], t0: float) -> None:
+    """The run under the pipeline lock: fills ``summary`` and records it."""
+    claim_checkpoint(cfg.checkpoint_path, cfg.name, "dimension", cfg.file)  # another's: exit 3
+    state = read_state(cfg.checkpoint_path)
+    check_table(engine, cfg, state)
+    before = last_applied(engine, cfg)
+    summary["last_applied_before"] = version_date(before)
+    want = date_version(date)
+    if before is not None and want < before:
+        summary["status"] = "skipped_older_date"
+        summary["message"] = (f"{date} is older than the last applied date "
+                              f"{version_date(before)}: nothing changed (no rollback)")
+    elif before == want:
+        summary["status"] = "already_applied"
+        summary["message"] = f"{date} was already applied: nothing changed (idempotent per date)"
+        summary["skipped_writes"] = 1
+        if not state:  # the state file was moved aside (its recovery): record the date again
+            _write_state(cfg.checkpoint_path, {
+                "date": date, "version": want, "run_id": safe_run_id(run_id),
+                "delta_version": engine.version(str(cfg.table)) if engine.exists(str(cfg.table)) else None,
+                "applied_at": datetime.now(timezone.utc).isoformat()})
+    else:
+        _apply(spark, engine, cfg, date, run_id, summary)
+    after = last_applied(engine, cfg)
+    summary["last_applied_date"] = version_date(after)
+    summary["delta_version"] = engine.version(str(cfg.table))
+    summary["tables"] = {"table": {"delta_version": summary["delta_version"],
+                                   **{k: summary[k] for k in ("inserted", "updated", "deleted")}}}
+    summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    summary["duration_s"] = round(time.monotonic() - t0, 2)
+    record_summary(cfg.runs_path, cfg.name, summary)
 
 
 def _apply(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, date: str,
