@@ -6,6 +6,7 @@
 #   scripts/airflow_local.sh stop       # stop every process it started
 #   scripts/airflow_local.sh status     # health JSON + component pids
 #   scripts/airflow_local.sh logs       # tails of the component logs
+#   scripts/airflow_local.sh airflow dags list   # the Airflow CLI against this instance
 #
 # Settings (environment):
 #   CDC_AIRFLOW_HOME   AIRFLOW_HOME        (default <repo>/.airflow_local; keeps DB, logs, pids)
@@ -178,5 +179,8 @@ case "${1:-start}" in
     done
     health; echo ;;
   logs) for f in "$HOME_DIR"/proc-logs/*.log; do echo "--- $f"; tail -25 "$f"; done ;;
-  *) die "usage: $0 [start|stop|status|logs]" ;;
+  # the Airflow CLI against this instance (its AIRFLOW_HOME, metadata DB and settings); a bare
+  # `airflow ...` would use ~/airflow and ask for `airflow db migrate` (docs tester)
+  airflow) shift; setup_env; exec "$AIRFLOW" "$@" ;;
+  *) die "usage: $0 [start|stop|status|logs|airflow <airflow CLI arguments>]" ;;
 esac

@@ -31,29 +31,46 @@ def _dim_version(row: dict[str, Any], dim: str) -> Any:
     return (v or {}).get(dim)
 
 
-def report(cfg: Any, plan: dict[str, Any], step: int) -> list[str]:
+def _key(r: dict[str, Any]) -> list[Any]:
+    return [r.get("order_id"), r.get("line_no")]
+
+
+def report(cfg: Any, plan: dict[str, Any], step: int, parked_file: Path | None = None) -> list[str]:
+    """The step's lines; step 1 keeps the keys of the late product's parked lines in
+    ``parked_file`` so that step 2 can say how many of exactly those were released."""
     late, changed = plan.get("late_product"), plan.get("changed_product")
     enriched, pending = _rows(cfg.outputs.enriched), _rows(cfg.outputs.pending)
     out = [f"[demo]   order_lines: {len(enriched)} rows; pending (parked): {len(pending)} rows"]
+    waiting = Counter(", ".join(sorted(r.get("_missing") or [])) or "?" for r in pending)
+    if waiting:
+        out.append("[demo]   pending rows by the dimension they wait for: "
+                   + ", ".join(f"{d}: {n}" for d, n in sorted(waiting.items()))
+                   + " (a member not captured yet, or deleted upstream)")
     parked = [r for r in pending if r.get("product_id") == late]
     late_lines = [r for r in enriched if r.get("product_id") == late]
     if step == 1:
         if parked:
             ex = parked[0]
-            out.append(f"[demo]   parked: {len(parked)} line(s) of product {late} (not in the 2026-01-01 "
-                       f"export), e.g. order {ex.get('order_id')} line {ex.get('line_no')}, missing "
-                       f"{list(ex.get('_missing') or [])}, parked at {ex.get('_parked_at')}")
+            out.append(f"[demo]   parked: {len(parked)} line(s) of product {late} (its category is not in "
+                       f"the 2026-01-01 export), e.g. order {ex.get('order_id')} line {ex.get('line_no')}, "
+                       f"missing {list(ex.get('_missing') or [])}, parked at {ex.get('_parked_at')}")
         else:
             out.append(f"[demo]   WARNING: no parked line of product {late} (expected its lines to wait)")
+        if parked_file is not None:
+            parked_file.write_text(json.dumps([_key(r) for r in parked]), encoding="utf-8")
     else:
-        released = [r for r in late_lines if not r.get("_unknown_members")]
-        if released and not parked:
-            ex = released[0]
-            out.append(f"[demo]   released: {len(released)} line(s) of product {late} now in order_lines "
-                       f"with category {ex.get('category')!r} (enriched in batch {ex.get('_enriched_batch')})")
+        before = (json.loads(parked_file.read_text(encoding="utf-8"))
+                  if parked_file is not None and parked_file.is_file() else [])
+        in_enriched = {tuple(_key(r)) for r in late_lines if not r.get("_unknown_members")}
+        released = [k for k in before if tuple(k) in in_enriched]
+        if late_lines and not parked:
+            ex = late_lines[0]
+            out.append(f"[demo]   released: {len(released)} of the {len(before)} parked line(s) of "
+                       f"product {late}; its {len(late_lines)} line(s) in order_lines (later ones "
+                       f"enriched directly) carry category {ex.get('category')!r}")
         else:
             out.append(f"[demo]   WARNING: product {late}: {len(parked)} line(s) still parked, "
-                       f"{len(released)} released")
+                       f"{len(released)} of the {len(before)} parked in run 1 released")
         seen = Counter((_dim_version(r, "categories"), r.get("category"))
                        for r in enriched if r.get("product_id") == changed)
         if seen:
@@ -81,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = load_pipeline(args.pipeline)
     plan = json.loads(args.plan.read_text(encoding="utf-8"))
-    print("\n".join(report(cfg, plan, args.step)))
+    parked = args.plan.with_name(args.plan.name + ".parked.json")
+    print("\n".join(report(cfg, plan, args.step, parked)))
     return 0
 
 
