@@ -80,7 +80,7 @@ if [ "$FORMAT" = maxwell ] && [ "${NO_ENRICH:-0}" != 1 ]; then
   NEXT=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['next_day'])" "$LANDING/.cdc-demo-state.json")
   $PY -m cdc_lake.demo --format "$FORMAT" --out "$LANDING" --days 1 --start-day "$NEXT" > /dev/null
   submit demo_run_3
-  echo "[demo] 8/8 enrichment run 2: the parked lines are released, the new category version is joined (no restart, no cache)"
+  echo "[demo] 8/8 enrichment run 2: the held-back product's parked lines are released, the new category version is joined (no restart, no cache)"
   job_submit demo_enrich_2 enrich spark_jobs/enrich.py --pipeline "$ENRICH"
   $PY -m cdc_lake.demo.enrich_report --pipeline "$ENRICH" --plan "$SNAPS.plan.json" --step 2
 elif [ "$FORMAT" != maxwell ]; then

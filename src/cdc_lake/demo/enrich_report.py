@@ -41,7 +41,7 @@ def report(cfg: Any, plan: dict[str, Any], step: int, parked_file: Path | None =
     late, changed = plan.get("late_product"), plan.get("changed_product")
     enriched, pending = _rows(cfg.outputs.enriched), _rows(cfg.outputs.pending)
     out = [f"[demo]   order_lines: {len(enriched)} rows; pending (parked): {len(pending)} rows"]
-    waiting = Counter(", ".join(sorted(r.get("_missing") or [])) or "?" for r in pending)
+    waiting = Counter(" + ".join(sorted(r.get("_missing") or [])) or "?" for r in pending)
     if waiting:
         out.append("[demo]   pending rows by the dimension they wait for: "
                    + ", ".join(f"{d}: {n}" for d, n in sorted(waiting.items()))
