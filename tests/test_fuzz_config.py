@@ -220,6 +220,21 @@ def test_a_folder_name_delta_rs_would_decode_is_refused(tmp_path: Path) -> None:
         raise AssertionError("tables.orders.path with %C3%A9 was accepted")
 
 
+@pytest.mark.parametrize("root", ["lake[y]", "lake^x", "la|ke", "la\\ke", "lake\tx"])
+def test_a_table_path_delta_rs_cannot_use_is_refused(tmp_path: Path, root: str) -> None:
+    """Tester: a lake root with '[' made delta-rs panic inside a micro-batch, and the Spark run
+    hung for good holding the pipeline lock; '\\' and control characters fail every write.
+    Refused at load, naming the first Delta table's key (the checkpoint and run summaries are
+    plain files, not refused for this)."""
+    (tmp_path / "landing").mkdir()
+    f = tmp_path / "p.yaml"
+    f.write_text(json.dumps({**VALID, "storage": {"root": root}}))
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(f)
+    assert e.value.key.startswith("tables.") and "delta-rs" in str(e.value), str(e.value)
+    assert repr(next(c for c in root if c in "[]^|\\\t")) in str(e.value), str(e.value)
+
+
 def test_a_duplicate_name_is_named(tmp_path: Path) -> None:
     """Tester: a duplicate in ``ignore_tables`` printed the whole list as "has duplicates"."""
     (tmp_path / "landing").mkdir()

@@ -122,3 +122,32 @@ def test_a_failed_run_ends_with_the_cause_not_only_a_pointer_up(spark):
     line = failure_line(e.value)
     assert "CAST_INVALID_INPUT" in line and "'abc'" in line and "\n" not in line, line
     assert failure_line(ValueError("")) == "ValueError"
+
+
+def test_a_python_error_that_is_no_exception_fails_the_batch_instead_of_hanging(spark, tmp_path):
+    """delta-rs panics arrive as ``pyo3_runtime.PanicException`` (a BaseException); raised in a
+    ``foreachBatch`` function it ended Py4J's callback thread and the query waited forever,
+    holding the pipeline lock (tester: a lake path with '['). Through ``batch_handler`` the
+    query fails at once, naming the error."""
+    from pyspark.errors import StreamingQueryException
+
+    from cdc_lake.spark_session import batch_handler
+
+    class PanicException(BaseException):  # what pyo3 raises for a Rust panic
+        pass
+
+    def panics(df, batch_id):  # type: ignore[no-untyped-def]
+        raise PanicException("Invalid object store url.: External(InvalidDomainCharacter)")
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("x\n")
+    query = (spark.readStream.format("text").load(str(tmp_path / "in")).writeStream
+             .foreachBatch(batch_handler(panics))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    try:
+        with pytest.raises(StreamingQueryException) as e:
+            assert query.awaitTermination(90), "the query hung after the error"
+        assert "PanicException" in str(e.value) and "InvalidDomainCharacter" in str(e.value), str(e.value)[:2000]
+    finally:
+        if query.isActive:
+            query.stop()

@@ -8,7 +8,8 @@ deletes the other's data. :func:`overlap` is the one rule (compared after resolv
 pipelines of a folder (``config.load_all``, the DAG import).
 
 :func:`check_path_escapes` refuses a path delta-rs would read from another folder than the one it
-writes (a ``%`` followed by two hex digits).
+writes (a ``%`` followed by two hex digits), or cannot use at all (``[ ] ^ | \\``, control
+characters).
 
 Example::
 
@@ -102,6 +103,11 @@ def check_shared_paths(configs: list[Any]) -> list[ConfigError]:
 
 
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# Characters delta-rs 1.6.6 refuses in a local table path (checked one by one with
+# write_deltalake: [ ] ^ | raise a Rust panic, \\ and control characters a DeltaError).
+_URL_REFUSED = frozenset("[]^|\\")
+_NOT_DELTA = frozenset({"storage.checkpoint", "storage.state", "storage.runs", "capture.state",
+                        "source.path (written by capture)"})  # plain files, no Delta table
 
 
 def check_path_escapes(cfg: Any) -> None:
@@ -123,6 +129,13 @@ def check_path_escapes(cfg: Any) -> None:
                 "delta-rs reads as a URL escape: a Delta table under it would be written in one "
                 "folder and looked for in another. Rename the folder (a '%' not followed by two "
                 "hex digits is fine)"))
+        bad = sorted({ch for ch in str(p) if ch in _URL_REFUSED or ord(ch) < 32 or ord(ch) == 127})
+        if bad and key not in _NOT_DELTA:
+            raise ConfigError(cfg.file, key, (
+                f"{str(p)!r} holds {', '.join(repr(c) for c in bad)}, which delta-rs 1.6 cannot "
+                "put in a table's URL (for [ ] ^ | it panics inside a micro-batch, and the Spark "
+                "run hung holding the pipeline lock: tester). Use a path without these "
+                "characters"))
 
 
 def mv_aside(path: Any, suffix: str = ".damaged") -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -186,3 +188,23 @@ def stopped_context_hint(error_text: str) -> str | None:
              "the driver stopped it (Spark's log above says why)")
     return (f"Spark stopped the SparkContext while the job ran (master {master}): {where}. "
             "Retrying is safe: the next run resumes where this one stopped")
+
+
+def batch_handler(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+    """``fn`` for ``foreachBatch``, with a Python error that is not an ``Exception`` turned into
+    a ``RuntimeError`` naming it. Py4J's callback server hands only Exceptions back to Spark;
+    another one (delta-rs's Rust panics arrive as ``pyo3_runtime.PanicException``, a
+    BaseException) ended the callback thread, and the query waited for it forever (tester: a
+    run that hung, holding its pipeline lock, on a table path delta-rs could not parse)::
+
+        stream.writeStream.foreachBatch(batch_handler(writer))
+    """
+    def handle(df: Any, batch_id: int) -> Any:
+        try:
+            return fn(df, batch_id)
+        except Exception:
+            raise
+        except BaseException as e:  # noqa: BLE001 - anything else would hang the query
+            raise RuntimeError(f"micro-batch {batch_id} failed: {type(e).__module__}."
+                               f"{type(e).__name__}: {e}") from e
+    return handle

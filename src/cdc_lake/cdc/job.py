@@ -44,7 +44,7 @@ from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
 from cdc_lake.runids import safe_run_id
-from cdc_lake.spark_session import build_session, driver_java_options
+from cdc_lake.spark_session import batch_handler, build_session, driver_java_options
 from cdc_lake.summary import SUMMARY_PREFIX, record_failure, record_summary
 
 __all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
@@ -76,7 +76,7 @@ def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None)
 
 def _start(events: DataFrame, writer: BatchWriter, checkpoint: Path, trigger: str,
            name: str):  # type: ignore[no-untyped-def]
-    ws = events.writeStream.queryName(name).foreachBatch(writer).option(
+    ws = events.writeStream.queryName(name).foreachBatch(batch_handler(writer)).option(
         "checkpointLocation", str(checkpoint))
     ws = ws.trigger(availableNow=True) if trigger == "available_now" else ws.trigger(once=True)
     return ws.start()

@@ -41,7 +41,7 @@ from cdc_lake.enrich.table_damage import check_dimensions_present, check_inputs_
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
-from cdc_lake.spark_session import build_session
+from cdc_lake.spark_session import batch_handler, build_session
 from cdc_lake.summary import record_failure, record_summary
 
 REPROCESS_MARK = "enrich_reprocess.json"
@@ -196,7 +196,8 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
     try:
         source = fact_stream(spark, cfg, engine, _recovery(cfg))  # may raise ChangeFeedUnavailable at once
         ws = (source.writeStream.queryName(f"enrich_{cfg.name}_{uuid.uuid4().hex[:6]}")
-              .foreachBatch(handler).option("checkpointLocation", str(cfg.checkpoint_path)))
+              .foreachBatch(batch_handler(handler))
+              .option("checkpointLocation", str(cfg.checkpoint_path)))
         ws = ws.trigger(availableNow=True) if cfg.trigger == "available_now" else ws.trigger(once=True)
         query = ws.start()
         query.awaitTermination()
