@@ -459,6 +459,26 @@ def test_postgres_lock_dsn_is_exported_from_the_airflow_connection(monkeypatch, 
     assert "CDC_LOCK_DSN" not in (plain.env_vars or {})
 
 
+def test_a_worker_without_a_locale_gives_spark_submit_a_utf8_one(monkeypatch, tmp_path):
+    """Without LANG / LC_ALL / LC_CTYPE the driver JVM takes file names as ASCII and skips
+    non-ASCII landing files (tester; the job now stops on them: test_job_cli.py). The operator
+    passes LANG=C.UTF-8 then, and leaves a locale the worker has alone."""
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    monkeypatch.setenv("CDC_PY_FILES_DIR", str(tmp_path / "py-files"))
+    for v in ("LC_ALL", "LC_CTYPE", "LANG"):
+        monkeypatch.delenv(v, raising=False)
+    cfg = load_pipeline(write_pipeline(tmp_path, "nolocale"))
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=cfg)
+    op._ship_package()
+    assert (op.env_vars or {}).get("LANG") == "C.UTF-8", op.env_vars
+    monkeypatch.setenv("LC_ALL", "de_DE.UTF-8")
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=cfg)
+    op._ship_package()
+    assert "LANG" not in (op.env_vars or {}), op.env_vars
+
+
 def test_hook_master_comes_from_the_connection(monkeypatch):
     assert CdcSparkSubmitHook(conn_id="cdc_undefined")._connection["master"] == "local[*]"
     monkeypatch.setenv("AIRFLOW_CONN_CDC_CLUSTER", '{"conn_type": "spark", "host": "spark://m1", "port": 7077}')

@@ -235,6 +235,18 @@ def test_a_table_path_delta_rs_cannot_use_is_refused(tmp_path: Path, root: str) 
     assert repr(next(c for c in root if c in "[]^|\\\t")) in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("landing", ["land[1]", "land{a,b}", "land*", "land?"])
+def test_a_landing_folder_spark_would_read_as_a_glob_is_refused(tmp_path: Path, landing: str) -> None:
+    """Tester: ``source.path`` of a folder named ``land[1]`` read nothing (or the folder
+    ``land1``), exit 0: Spark's file source takes the path as a glob pattern."""
+    (tmp_path / landing).mkdir()
+    f = tmp_path / "p.yaml"
+    f.write_text(json.dumps({**VALID, "source": {**VALID["source"], "path": landing}}))
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(f)
+    assert e.value.key == "source.path" and "glob pattern" in str(e.value), str(e.value)
+
+
 def test_a_duplicate_name_is_named(tmp_path: Path) -> None:
     """Tester: a duplicate in ``ignore_tables`` printed the whole list as "has duplicates"."""
     (tmp_path / "landing").mkdir()

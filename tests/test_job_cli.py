@@ -175,3 +175,43 @@ def test_a_refused_conf_value_not_from_the_pipeline_says_so():
     assert err is not None and err.key == "spark.conf" and "spark-defaults.conf" in str(err), err
     assert "spark.sql.ansi.enabled" in str(err)
     assert refused_conf(cfg, RuntimeError("Py4JNetworkError: boom")) is None
+
+
+def test_a_driver_jvm_without_a_utf8_locale_stops_on_a_non_ascii_landing_file(tmp_path):
+    """Tester: with LANG / LC_ALL unset (systemd, cron, slim images) the driver JVM encodes
+    file names as ASCII, and Spark skipped ``0002_ü.json`` with exit 0. Now the run stops before
+    the stream (exit 2, naming the file and the fix) and writes nothing; with the fix
+    (``LANG=C.UTF-8``, what the Airflow operator passes when the worker has no locale) it reads
+    both files. Real spark-submits: the JVM starts first and takes the locale of its
+    environment."""
+    import json
+    import os
+
+    p = _yaml(tmp_path, GOOD)
+    for name, i in (("0001.json", 1), ("0002_ü.json", 2)):
+        (tmp_path / "landing" / name).write_text(json.dumps(
+            {"database": "shop", "table": "orders", "type": "insert", "ts": 1795000000 + i,
+             "xid": i, "xoffset": 0, "data": {"id": i}}) + "\n", encoding="utf-8")
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_") and k != "LANG"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+
+    def run(env: dict, run_id: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                               "--conf", f"spark.pyspark.python={sys.executable}", str(JOB),
+                               "--pipeline", str(p), "--run-id", run_id],
+                              capture_output=True, text=True, timeout=300, env=env)
+
+    r = run(env, "no-locale")
+    assert r.returncode == 2, (r.stdout + r.stderr)[-3000:]
+    last = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("[cdc]")][-1]
+    assert last.startswith(f"[cdc] CONFIG ERROR: {p}: source.path: the driver JVM encodes file names as"), last
+    assert "0002_ü.json" in last and "LANG=C.UTF-8" in last, last
+    assert not (tmp_path / "lake" / "orders").exists()
+
+    r = run({**env, "LANG": "C.UTF-8"}, "utf8")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    from deltalake import DeltaTable
+
+    ids = sorted(DeltaTable(str(tmp_path / "lake" / "orders")).to_pyarrow_table().column("id").to_pylist())
+    assert ids == [1, 2], ids

@@ -208,6 +208,19 @@ class Reader:
                             "(each name once)")
         return tuple(v)
 
+    def folder(self, name: str, required: bool = False) -> Path | None:
+        """A folder Spark lists (landing files, snapshots): Spark's file source and readers take
+        the path as a Hadoop glob pattern, so a folder named ``land[1]`` read nothing, or the
+        folder ``land1`` instead, with exit 0 (tester). Such a name is refused."""
+        p = self.path(name, required=required)
+        hit = sorted({ch for ch in str(p or "") if ch in "*?[]{}\\"})
+        if hit:
+            raise self.fail(name, (
+                f"{str(p)!r} holds {', '.join(repr(c) for c in hit)}: Spark reads this path as a "
+                "glob pattern, so it would read another folder or none. Use a folder without "
+                "these characters (a file filter belongs in its own setting)"))
+        return p
+
     def path(self, name: str, default: Path | None = None, required: bool = False) -> Path | None:
         v = self.str(name, required=required)
         if v is None:

@@ -208,3 +208,42 @@ def batch_handler(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
             raise RuntimeError(f"micro-batch {batch_id} failed: {type(e).__module__}."
                                f"{type(e).__name__}: {e}") from e
     return handle
+
+
+def check_file_name_encoding(spark: SparkSession, cfg: Any) -> None:
+    """Raise :class:`ConfigError` (exit 2) when the driver JVM cannot name a file the pipeline
+    uses: without a UTF-8 locale (``LANG``/``LC_ALL`` unset or ``C``, as under systemd, cron or
+    a slim image) Java encodes file names as ASCII, and Spark skipped a landing file named
+    ``0002_ü.json`` with exit 0 (tester), or did not find a lake folder with such a name. Only
+    names that are not ASCII matter: the pipeline's paths and the files in the folders Spark
+    lists. Python cannot tell this itself (it switches the C locale to UTF-8 for its own use);
+    the JVM's ``sun.jnu.encoding`` says it."""
+    from cdc_lake.paths import written_paths
+
+    enc = str(spark.sparkContext._jvm.java.lang.System.getProperty("sun.jnu.encoding") or "")
+    if enc.replace("-", "").upper() == "UTF8":
+        return
+    names = [(key, str(p)) for key, p, _ in written_paths(cfg)]
+    kind = getattr(cfg, "kind", "cdc")
+    if kind == "enrich":
+        listed = [("fact.events.path", cfg.fact.events.path)] if cfg.fact.kind == "events" else []
+        names += [("fact.change_feed", str(p)) for p in cfg.change_feed_sources()]
+        names += [(f"dimensions.{d.name}.table", str(d.table)) for d in cfg.dimensions]
+    elif kind == "dimension":
+        listed = [("snapshots.path", cfg.snapshots.path)]
+    else:
+        listed = [("source.path", cfg.landing_path)]
+    for key, folder in listed:
+        names.append((key, str(folder)))
+        if os.path.isdir(folder):
+            names += [(key, os.path.join(folder, e.name)) for e in os.scandir(folder)]
+    bad = [(key, name) for key, name in names if not name.isascii()]
+    if bad:
+        key, name = bad[0]
+        raise ConfigError(cfg.file, key, (
+            f"the driver JVM encodes file names as {enc or 'unknown'} (no UTF-8 locale: LANG / "
+            f"LC_ALL unset or C), so Spark cannot use {name!r}"
+            + (f" and {len(bad) - 1} more non-ASCII name(s)" if len(bad) > 1 else "")
+            + ": it would skip such landing files and not find such folders. Run spark-submit "
+            "with a UTF-8 locale, e.g. `LANG=C.UTF-8 spark-submit ...` (the Airflow operator sets "
+            "LANG=C.UTF-8 when the worker has no locale)"))

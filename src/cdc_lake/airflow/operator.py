@@ -37,6 +37,7 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -171,6 +172,12 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self.env_vars = {**(self.env_vars or {}), **env}
             self.log.info("Lock backend postgres: DSN from Airflow connection %r",
                           self.pipeline.lock.conn_id)
+        if not any(os.environ.get(v) for v in ("LC_ALL", "LC_CTYPE", "LANG")) \
+                and not any((self.env_vars or {}).get(v) for v in ("LC_ALL", "LC_CTYPE", "LANG")):
+            # a worker without a locale (systemd, cron, slim images): the driver JVM would take
+            # file names as ASCII and skip landing files with other characters (tester)
+            self.env_vars = {**(self.env_vars or {}), "LANG": "C.UTF-8"}
+            self.log.info("No locale in the worker's environment: spark-submit gets LANG=C.UTF-8")
 
     def _get_hook(self) -> CdcSparkSubmitHook:
         hook = self._build_hook()

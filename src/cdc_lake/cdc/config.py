@@ -175,7 +175,7 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
     src.check_known({"format", "path", "database", "glob", "max_files_per_trigger",
                      "max_bytes_per_trigger"})
     fmt = src.choice("format", FORMATS, default="")
-    landing = src.path("path", required=True)
+    landing = src.folder("path", required=True)
     storage = r.section("storage", required=True)
     storage.check_known({"root", "checkpoint", "quarantine", "ddl_log", "runs"})
     root = storage.path("root", required=True)

@@ -44,7 +44,8 @@ from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
 from cdc_lake.runids import safe_run_id
-from cdc_lake.spark_session import batch_handler, build_session, driver_java_options
+from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
+                                     driver_java_options)
 from cdc_lake.summary import SUMMARY_PREFIX, record_failure, record_summary
 
 __all__ = ["SUMMARY_PREFIX", "nothing_new", "read_events", "run_pipeline"]
@@ -173,6 +174,7 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
     if spark is None:
         pending = backlog(cfg, full_refresh=full_refresh)
         spark = build_session(cfg, backlog_bytes=pending.bytes if pending else None)
+    check_file_name_encoding(spark, cfg)  # a JVM without a UTF-8 locale skips such files
     java_options = driver_java_options(spark)
     stats.driver_jit, stats.jvm_archive = driver_jit(java_options), class_archive(java_options)
     stats.codegen = codegen_mode(spark.conf.get)

@@ -158,7 +158,7 @@ def _snapshots(r: Reader) -> SnapshotSource:
     delimiter = s.str("delimiter", default=",") or ","
     if len(delimiter) != 1:
         raise s.fail("delimiter", f"expected one character, got {delimiter!r}")
-    return SnapshotSource(path=s.path("path", required=True), format=fmt,  # type: ignore[arg-type]
+    return SnapshotSource(path=s.folder("path", required=True), format=fmt,  # type: ignore[arg-type]
                           pattern=pattern, header=s.bool("header", default=True), delimiter=delimiter)
 
 

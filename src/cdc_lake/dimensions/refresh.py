@@ -285,6 +285,9 @@ def run_refresh(cfg: DimensionPipelineConfig, *, date: str, spark: SparkSession 
         from cdc_lake.spark_session import build_session
 
         spark = build_session(cfg, app_name=f"dimension-{cfg.name}")  # type: ignore[arg-type]
+    from cdc_lake.spark_session import check_file_name_encoding
+
+    check_file_name_encoding(spark, cfg)  # a JVM without a UTF-8 locale: exit 2
     engine = select_engine(spark, cfg.engine)
     summary: dict[str, Any] = {
         "pipeline": cfg.name, "kind": "dimension", "run_id": run_id, "status": "running",

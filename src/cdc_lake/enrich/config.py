@@ -205,7 +205,7 @@ def _fact(r: Reader) -> FactConfig:
     watermark = e.str("watermark", default="1 hour") or "1 hour"
     if not re.match(r"^\d+\s+(second|minute|hour|day)s?$", watermark.strip()):
         raise e.fail("watermark", f"expected e.g. '10 minutes' or '1 hour', got {watermark!r}")
-    events = EventSource(path=e.path("path", required=True),  # type: ignore[arg-type]
+    events = EventSource(path=e.folder("path", required=True),  # type: ignore[arg-type]
                          format=e.choice("format", _EVENT_FORMATS, default="json"),
                          id=ev_id, time=ev_time, watermark=watermark.strip(), schema=schema,
                          max_files_per_trigger=e.int("max_files_per_trigger", 1000) or 1000)

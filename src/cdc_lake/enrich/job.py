@@ -41,7 +41,7 @@ from cdc_lake.enrich.table_damage import check_dimensions_present, check_inputs_
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
-from cdc_lake.spark_session import batch_handler, build_session
+from cdc_lake.spark_session import batch_handler, build_session, check_file_name_encoding
 from cdc_lake.summary import record_failure, record_summary
 
 REPROCESS_MARK = "enrich_reprocess.json"
@@ -123,6 +123,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
         try:
             claim_checkpoint(cfg.checkpoint_path, cfg.name, "enrich", cfg.file)  # another's: exit 3
             spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
+            check_file_name_encoding(spark, cfg)  # a JVM without a UTF-8 locale: exit 2
             source_ready = prefetch_source(spark, cfg)  # overlaps the checks below
             engine = select_engine(spark, cfg.engine)
             preflight(spark, cfg, engine)  # YAML vs the tables' schemas / Spark SQL: exit 2
