@@ -276,16 +276,24 @@ def test_boolean_date_timestamp_values_are_never_stored_changed(spark, tmp_path)
         ev(11, at="2024-01-01 10:30:00.1234567"),        # 100 ns dropped
         ev(12, at="2024-01-01 10:30:00.123456"),         # exact (microseconds)
         ev(13, d="not a date"),                          # not valid (existing reason)
+        ev(14, at="9999-12-31T23:30:00-01:00"),          # year 10000 in UTC (tester)
+        ev(15, at="0001-01-01T00:30:00+01:00"),          # year 0 in UTC
+        ev(16, at="9999-12-31T23:59:59.999999Z"),        # exact: the last microsecond
+        ev(17, at="0001-01-01T00:00:00Z"),               # exact: the first
     ])
     s2 = run_pipeline(cfg, spark=spark, run_id="r2")
     assert s2["status"] == "succeeded"
     rows = _rows(cfg.tables["t0"].path)
-    assert set(rows) == {1, 4, 5, 6, 7, 10, 12}, sorted(rows)
+    assert set(rows) == {1, 4, 5, 6, 7, 10, 12, 16, 17}, sorted(rows)
+    assert [rows[i]["at"].replace(tzinfo=None) for i in (16, 17)] == [
+        datetime(9999, 12, 31, 23, 59, 59, 999999), datetime(1, 1, 1)]
     assert [rows[i]["flag"] for i in (1, 4, 5, 6, 7)] == [True, True, False, False, True]
     assert rows[10]["d"] == date(2024, 2, 29)
     assert rows[12]["at"].replace(tzinfo=None) == datetime(2024, 1, 1, 10, 30, 0, 123456)
     reasons = {json.loads(r["raw_line"])["data"]["id"]: r["reason"] for r in _quarantine(cfg)}
-    assert set(reasons) == {2, 3, 8, 9, 11, 13}, reasons
+    assert set(reasons) == {2, 3, 8, 9, 11, 13, 14, 15}, reasons
+    assert ('table t0 column at: value "9999-12-31T23:30:00-01:00" does not fit column type '
+            "timestamp exactly") in reasons[14], reasons[14]
     assert ("table t0 column flag: value 2 does not fit column type boolean exactly "
             "(would be stored as true)") in reasons[2]
     assert ('table t0 column flag: value "yes" does not fit column type boolean exactly '

@@ -236,9 +236,9 @@ def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
       blanks allowed); ``"2024-01-01 10:30:00"``, ``"2024-01-01T00:00:00"``, ``"2024-05"`` and
       non-strings are not.
     * ``timestamp``: a string Spark parses, except one with non-zero digits beyond
-      microseconds (``"... 10:30:00.1234567"`` would be stored truncated); not a number (Spark
-      would read it as seconds). A date-only string is midnight, an offset is converted to UTC:
-      the same instant, exact.
+      microseconds (``"... 10:30:00.1234567"`` would be stored truncated) or one outside years
+      1 to 9999 in UTC; not a number (Spark would read it as seconds). A date-only string is
+      midnight, an offset is converted to UTC: the same instant, exact.
     * ``double``: any finite value; an infinite or NaN one only from a string spelling it
       (``"Infinity"``, ``"NaN"``: PostgreSQL floats); a number beyond the double range (``1e400``,
       parsed as Infinity) is not.
@@ -260,8 +260,13 @@ def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
     elif t == "timestamp":  # cheap first: only strings longer than "...:SS.ffffff" can lose digits
         # a number is not exact: Spark reads it as seconds (an epoch-day, ms or µs number landed
         # in 1970 or far future: tester); its unit is the schema's business (Debezium decoders)
+        # and in years 1 to 9999 once converted to UTC, as the epoch decoders require: text
+        # with an offset ("9999-12-31T23:30:00-01:00") was stored as year 10000, which no
+        # reader of the table could load (tester)
+        first, last = _EPOCH_RANGE["us"]
         ok = (F.schema_of_variant(raw) == "STRING") & (
-            ~(F.length(text) > 26) | ~text.rlike(_BEYOND_MICROS_RE))
+            ~(F.length(text) > 26) | ~text.rlike(_BEYOND_MICROS_RE)) & (
+            F.unix_micros(decoded.cast("timestamp")).between(F.lit(first), F.lit(last)))
     elif t in ("double", "float"):  # a number beyond the double range parses as +-Infinity
         ok = (~(F.isnan(decoded) | decoded.isin(float("inf"), float("-inf")))
               | ((F.schema_of_variant(raw) == "STRING")
