@@ -261,7 +261,7 @@ def test_delta_spark_engine_gets_packages_or_jars(monkeypatch, tmp_path):
     write_pipeline(tmp_path, "with_packages", extra="""\
         engine: {name: delta-spark, delta_spark: {packages: 'io.delta:delta-spark_2.13:4.4.1',
                                                   repositories: 'https://repo.example/maven'}}
-        spark: {conf: {spark.sql.session.timeZone: Europe/Paris, spark.pyspark.python: /opt/py/bin/python,
+        spark: {conf: {spark.pyspark.python: /opt/py/bin/python,
                        spark.driver.defaultJavaOptions: ''}}
         """)
     write_pipeline(tmp_path, "with_jars", extra=f"engine: {{name: delta-spark, delta_spark: {{jars_dir: {jars}}}}}\n")

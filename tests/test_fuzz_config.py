@@ -247,6 +247,21 @@ def test_a_landing_folder_spark_would_read_as_a_glob_is_refused(tmp_path: Path, 
     assert e.value.key == "source.path" and "glob pattern" in str(e.value), str(e.value)
 
 
+def test_a_session_time_zone_other_than_utc_is_refused(tmp_path: Path) -> None:
+    """Tester: ``spark.conf: {spark.sql.session.timeZone: Australia/Lord_Howe}`` was replaced by
+    UTC without a word; now exit 2 naming the key. UTC itself is fine."""
+    (tmp_path / "landing").mkdir()
+    f = tmp_path / "p.yaml"
+    for tz, bad in (("Australia/Lord_Howe", True), ("UTC", False), ("Etc/UTC", False)):
+        f.write_text(json.dumps({**VALID, "spark": {"conf": {"spark.sql.session.timeZone": tz}}}))
+        try:
+            load_pipeline(f)
+        except ConfigError as e:
+            assert bad and e.key == "spark.conf.spark.sql.session.timeZone" and tz in str(e), str(e)
+        else:
+            assert not bad, f"{tz} was accepted"
+
+
 def test_a_duplicate_name_is_named(tmp_path: Path) -> None:
     """Tester: a duplicate in ``ignore_tables`` printed the whole list as "has duplicates"."""
     (tmp_path / "landing").mkdir()

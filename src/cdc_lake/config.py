@@ -331,6 +331,12 @@ def parse_runtime(r: Reader, spark_keys: tuple[str, ...] = ()) -> dict[str, Any]
     spark_conf = spark.raw.get("conf") or {}
     if not isinstance(spark_conf, dict):
         raise spark.fail("conf", f"expected a mapping of Spark conf keys to values, got {spark_conf!r}")
+    tz = spark_conf.get("spark.sql.session.timeZone")
+    if tz is not None and str(tz).strip().upper() not in ("UTC", "ETC/UTC"):
+        # the job sets UTC on every session; another value here was dropped silently (tester)
+        raise spark.fail("conf.spark.sql.session.timeZone", (
+            f"is {tz!r}, but the tables' timestamps are UTC by contract and every job runs its "
+            "Spark session in UTC; remove the setting (convert in the reading query instead)"))
     return {
         "engine": eng.choice("name", ENGINES, default="auto"),
         "delta_spark": DeltaSparkSettings(
