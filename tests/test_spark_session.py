@@ -151,3 +151,38 @@ def test_a_python_error_that_is_no_exception_fails_the_batch_instead_of_hanging(
     finally:
         if query.isActive:
             query.stop()
+
+
+def test_the_file_name_encoding_check_covers_every_job_kind(tmp_path, monkeypatch):
+    """Each kind's paths under a folder with a non-ASCII name: refused (exit 2) when the driver
+    JVM's ``sun.jnu.encoding`` is not UTF-8, passed when it is. The JVM's answer is the one
+    thing stood in for here (a real spark-submit without a locale: test_job_cli.py)."""
+    from types import SimpleNamespace
+
+    from cdc_lake.config import ConfigError, load_pipeline
+    from cdc_lake.spark_session import check_file_name_encoding
+
+    def jvm_says(enc: str):  # type: ignore[no-untyped-def]
+        system = SimpleNamespace(getProperty=lambda key: enc if key == "sun.jnu.encoding" else None)
+        return SimpleNamespace(sparkContext=SimpleNamespace(
+            _jvm=SimpleNamespace(java=SimpleNamespace(lang=SimpleNamespace(System=system)))))
+
+    data = tmp_path / "dätä"
+    for sub in ("landing/shop_maxwell", "snapshots/product_categories"):
+        (data / sub).mkdir(parents=True)
+    monkeypatch.setenv("CDC_DATA_DIR", str(data))
+    for name, key in (("shop_maxwell", "storage.checkpoint"), ("shop_order_lines", "storage.checkpoint"),
+                      ("product_categories", "storage.state")):
+        cfg = load_pipeline(REPO / "pipelines" / f"{name}.yaml")
+        check_file_name_encoding(jvm_says("UTF-8"), cfg)
+        with pytest.raises(ConfigError) as e:
+            check_file_name_encoding(jvm_says("ANSI_X3.4-1968"), cfg)
+        assert e.value.key == key and "dätä" in str(e.value) and "LANG=C.UTF-8" in str(e.value), str(e.value)
+    # ASCII paths, one non-ASCII landing file: named by the folder's key
+    (tmp_path / "l").mkdir()
+    (tmp_path / "l" / "0002_ü.json").write_text("{}\n")
+    (tmp_path / "p.yaml").write_text("pipeline: p\nsource: {format: maxwell, path: l}\n"
+                                     "storage: {root: lake}\ntables: {t: {keys: [id]}}\n")
+    with pytest.raises(ConfigError) as e:
+        check_file_name_encoding(jvm_says("ANSI_X3.4-1968"), load_pipeline(tmp_path / "p.yaml"))
+    assert e.value.key == "source.path" and "0002_ü.json" in str(e.value), str(e.value)

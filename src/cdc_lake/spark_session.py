@@ -227,7 +227,7 @@ def check_file_name_encoding(spark: SparkSession, cfg: Any) -> None:
     kind = getattr(cfg, "kind", "cdc")
     if kind == "enrich":
         listed = [("fact.events.path", cfg.fact.events.path)] if cfg.fact.kind == "events" else []
-        names += [("fact.change_feed", str(p)) for p in cfg.change_feed_sources()]
+        names += [("fact.change_feed", str(p)) for p in cfg.change_feed_sources]
         names += [(f"dimensions.{d.name}.table", str(d.table)) for d in cfg.dimensions]
     elif kind == "dimension":
         listed = [("snapshots.path", cfg.snapshots.path)]
