@@ -504,3 +504,32 @@ def json_latest(runs: Path) -> dict:
     import json
 
     return json.loads((runs / "latest.json").read_text())
+
+
+def test_declared_timestamps_and_dates_outside_years_1_to_9999_are_an_invalid_snapshot(spark, tmp_path):
+    """A declared timestamp column read from text with an offset can leave years 1-9999 in UTC
+    ("9999-12-31T23:30:00-01:00" is the year 10000), which no reader of the table could load
+    (the CDC kind quarantines such values): an invalid snapshot naming the column, nothing
+    written. The range's own ends are stored."""
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    (tmp_path / "snaps").mkdir()
+    yaml = tmp_path / "dim.yaml"
+    yaml.write_text("kind: dimension\npipeline: ranges\nsnapshots: {path: snaps, format: csv}\n"
+                    "keys: [product_id]\nscd: 1\n"
+                    "schema: {product_id: bigint, seen: timestamp, since: date}\n"
+                    "table: lake/ranges\nengine: {name: deltalake}\n", encoding="utf-8")
+    (tmp_path / "snaps" / "2026-01-01.csv").write_text(
+        "product_id,seen,since\n1,9999-12-31T23:59:59.999999Z,9999-12-31\n"
+        "2,0001-01-01T00:00:00Z,0001-01-01\n", encoding="utf-8")
+    (tmp_path / "snaps" / "2026-01-02.csv").write_text(
+        "product_id,seen,since\n1,9999-12-31T23:30:00-01:00,2026-01-01\n", encoding="utf-8")
+    cfg = load_pipeline(yaml)
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="ok")["status"] == "succeeded"
+    rows = {r["product_id"]: r for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    assert rows[1]["seen"].year == 9999 and rows[2]["since"] == Date(1, 1, 1), rows
+    version = DeltaTable(str(cfg.table)).version()
+    with pytest.raises(SnapshotInvalid) as e:
+        run_refresh(cfg, date="2026-01-02", spark=spark, run_id="bad")
+    assert "column 'seen'" in str(e.value) and "timestamp" in str(e.value), str(e.value)
+    assert DeltaTable(str(cfg.table)).version() == version, "nothing written"

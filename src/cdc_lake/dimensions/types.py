@@ -73,6 +73,10 @@ def fits(s: str, t: str) -> bool:
     return w is not None and w.replace(" ", "") == t
 
 
+# Years 1 to 9999 in UTC, in microseconds since 1970: what Spark, Delta readers and Python hold.
+_FIRST_MICROS, _LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
+
+
 def misfit(c: Column, s: str, t: str) -> Column:
     """True for a present value of type ``s`` that type ``t`` cannot hold exactly (not
     convertible, out of range, rounded or truncated)."""
@@ -89,8 +93,13 @@ def misfit(c: Column, s: str, t: str) -> Column:
             digits = F.regexp_extract(F.trim(c), r"^[+-]?[0-9]*\.([0-9]*?)0*$", 1)
             exp = F.lower(c).contains("e") & (conv.try_cast("double") != c.try_cast("double"))
             same = same & (F.length(digits) <= scale) & ~F.coalesce(exp, F.lit(False))
+    elif s == "string" and t == "timestamp":  # text with an offset can leave years 1-9999 in
+        # UTC ("9999-12-31T23:30:00-01:00": the year 10000, which no reader of the table loads)
+        same = F.unix_micros(conv).between(F.lit(_FIRST_MICROS), F.lit(_LAST_MICROS))
+    elif s == "string" and t == "date":
+        same = F.year(conv).between(F.lit(1), F.lit(9999))
     elif s == "string":
-        same = F.lit(True)  # dates, timestamps, booleans from text: convertible is exact enough
+        same = F.lit(True)  # booleans from text: convertible is exact enough
     else:
         same = conv.try_cast(s).eqNullSafe(c)
     return c.isNotNull() & (conv.isNull() | ~F.coalesce(same, F.lit(False)))
