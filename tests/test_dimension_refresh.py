@@ -41,6 +41,17 @@ def _yaml(tmp: Path, *, scd: int, fmt: str, engine: str, schema: bool, extra: st
     return f
 
 
+def _declared_csv(tmp: Path, name: str, schema: str) -> Path:
+    """An SCD1 CSV dimension pipeline ``name`` keyed by product_id with ``schema:`` declared;
+    its snapshots go to ``<tmp>/snaps`` (created)."""
+    (tmp / "snaps").mkdir()
+    f = tmp / "dim.yaml"
+    f.write_text(f"kind: dimension\npipeline: {name}\nsnapshots: {{path: snaps, format: csv}}\n"
+                 f"keys: [product_id]\nscd: 1\nschema: {schema}\n"
+                 f"table: lake/{name}\nengine: {{name: deltalake}}\n", encoding="utf-8")
+    return f
+
+
 def _write_snapshot(folder: Path, fmt: str, day: Date, rows: dict[int, dict]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     cols = ["product_id", *sorted({c for r in rows.values() for c in r})]
@@ -372,12 +383,7 @@ def test_declared_schema_takes_csv_columns_by_header_name(spark, tmp_path):
     header is an invalid snapshot naming it; a header naming one column twice (any case) too."""
     from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
 
-    (tmp_path / "snaps").mkdir()
-    yaml = tmp_path / "dim.yaml"
-    yaml.write_text("kind: dimension\npipeline: byname\nsnapshots: {path: snaps, format: csv}\n"
-                    "keys: [product_id]\nscd: 1\n"
-                    "schema: {product_id: bigint, category: string, colour: string}\n"
-                    "table: lake/byname\nengine: {name: deltalake}\n", encoding="utf-8")
+    yaml = _declared_csv(tmp_path, "byname", "{product_id: bigint, category: string, colour: string}")
     days = {"2026-01-01": "product_id,category,colour\n1,toys,red\n2,books,blue\n",
             "2026-01-02": "colour,extra,product_id,category\nred,e,1,toys\ngreen,e,2,books\n"}
     for d, text in days.items():
@@ -513,12 +519,7 @@ def test_declared_timestamps_and_dates_outside_years_1_to_9999_are_an_invalid_sn
     written. The range's own ends are stored."""
     from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
 
-    (tmp_path / "snaps").mkdir()
-    yaml = tmp_path / "dim.yaml"
-    yaml.write_text("kind: dimension\npipeline: ranges\nsnapshots: {path: snaps, format: csv}\n"
-                    "keys: [product_id]\nscd: 1\n"
-                    "schema: {product_id: bigint, seen: timestamp, since: date}\n"
-                    "table: lake/ranges\nengine: {name: deltalake}\n", encoding="utf-8")
+    yaml = _declared_csv(tmp_path, "ranges", "{product_id: bigint, seen: timestamp, since: date}")
     (tmp_path / "snaps" / "2026-01-01.csv").write_text(
         "product_id,seen,since\n1,9999-12-31T23:59:59.999999Z,9999-12-31\n"
         "2,0001-01-01T00:00:00Z,0001-01-01\n", encoding="utf-8")

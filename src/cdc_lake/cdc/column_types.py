@@ -259,9 +259,9 @@ def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
         ok = (F.schema_of_variant(raw) == "STRING") & text.rlike(_EXACT_DATE_RE)
     elif t == "timestamp":  # cheap first: only strings longer than "...:SS.ffffff" can lose digits
         # a number is not exact: Spark reads it as seconds (an epoch-day, ms or µs number landed
-        # in 1970 or far future: tester); its unit is the schema's business (Debezium decoders)
-        # and in years 1 to 9999 once converted to UTC, as the epoch decoders require: text
-        # with an offset ("9999-12-31T23:30:00-01:00") was stored as year 10000, which no
+        # in 1970 or far future: tester); its unit is the schema's business (Debezium decoders).
+        # A string must also fall in years 1 to 9999 once converted to UTC, as the epoch
+        # decoders require: "9999-12-31T23:30:00-01:00" was stored as the year 10000, which no
         # reader of the table could load (tester)
         first, last = _EPOCH_RANGE["us"]
         ok = (F.schema_of_variant(raw) == "STRING") & (
