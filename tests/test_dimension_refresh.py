@@ -534,3 +534,47 @@ def test_declared_timestamps_and_dates_outside_years_1_to_9999_are_an_invalid_sn
         run_refresh(cfg, date="2026-01-02", spark=spark, run_id="bad")
     assert "column 'seen'" in str(e.value) and "timestamp" in str(e.value), str(e.value)
     assert DeltaTable(str(cfg.table)).version() == version, "nothing written"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_undeclared_timestamps_and_dates_outside_years_1_to_9999_are_an_invalid_snapshot(
+        spark, tmp_path, fmt):
+    """Without ``schema:`` the types come from the file: a Parquet export holds timestamps and
+    dates past the year 9999 as they are, and Spark infers a CSV's offset text as a timestamp
+    ("9999-12-31T23:30:00-01:00" is the year 10000 in UTC). Stored, no reader of the table
+    could load them back: an invalid snapshot naming the column, nothing written."""
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    (tmp_path / "snaps").mkdir()
+    yaml = tmp_path / "dim.yaml"
+    yaml.write_text(f"kind: dimension\npipeline: far\nsnapshots: {{path: snaps, format: {fmt}}}\n"
+                    "keys: [product_id]\nscd: 1\ntable: lake/far\nengine: {name: deltalake}\n",
+                    encoding="utf-8")
+    last = 253_402_300_799_999_999  # 9999-12-31 23:59:59.999999 UTC, in microseconds
+
+    def land(day: str, seen: list[int], since: list[int], text: list[str]) -> None:
+        if fmt == "parquet":
+            pq.write_table(pa.table({
+                "product_id": pa.array(range(1, len(seen) + 1), pa.int64()),
+                "seen": pa.array(seen, pa.timestamp("us", tz="UTC")),
+                "since": pa.array(since, pa.date32())}), tmp_path / "snaps" / f"{day}.parquet")
+        else:
+            (tmp_path / "snaps" / f"{day}.csv").write_text("product_id,seen\n" + "".join(
+                f"{i},{t}\n" for i, t in enumerate(text, 1)), encoding="utf-8")
+
+    land("2026-01-01", [last, -62_135_596_800_000_000], [2_932_896, -719_162],
+         ["9999-12-31T23:59:59.999999Z", "0001-01-01T00:00:00Z"])
+    cfg = load_pipeline(yaml)
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="ok")["status"] == "succeeded"
+    rows = DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()  # the range's ends load
+    assert sorted(r["seen"].year for r in rows) == [1, 9999], rows
+    version = DeltaTable(str(cfg.table)).version()
+    for column, bad in (("seen", ([last + 1, 0], [0, 0], ["9999-12-31T23:30:00-01:00", "2026-01-01T00:00:00Z"])),
+                        ("since", ([0, 0], [0, 2_932_897], []))):
+        if fmt == "csv" and column == "since":
+            continue
+        land("2026-01-02", *bad)
+        with pytest.raises(SnapshotInvalid) as e:
+            run_refresh(cfg, date="2026-01-02", spark=spark, run_id=f"bad-{column}")
+        assert f"column {column!r}: 1 value(s) outside years 1-9999" in str(e.value), str(e.value)
+        assert DeltaTable(str(cfg.table)).version() == version, "nothing written"

@@ -27,10 +27,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_lake.dimensions.config import SCD1_META, SCD2_META
-from cdc_lake.dimensions.types import SnapshotInvalid, check_columns, fits, quote
+from cdc_lake.dimensions.types import SnapshotInvalid, check_columns, fits, out_of_range, quote
 from cdc_lake.engines import MergeSpec
-
-
 
 
 @dataclass
@@ -47,7 +45,8 @@ class Changes:
 
 
 def check_snapshot(snap: DataFrame, keys: tuple[str, ...], where: str) -> int:
-    """Key columns present, no NULL key, no duplicate key; returns the row count."""
+    """Key columns present, no NULL key, no duplicate key, no timestamp or date outside years
+    1-9999 (one Spark job); returns the row count."""
     missing = [k for k in keys if k not in snap.columns]
     if missing:
         raise SnapshotInvalid(f"{where}: key column(s) {missing} not in the snapshot "
@@ -55,10 +54,24 @@ def check_snapshot(snap: DataFrame, keys: tuple[str, ...], where: str) -> int:
     key_null = F.lit(False)
     for k in keys:
         key_null = key_null | F.col(quote(k)).isNull()
+    ranged = {f.name: out_of_range(F.col(quote(f.name)), f.dataType.simpleString())
+              for f in snap.schema.fields}
+    ranged = {c: bad for c, bad in ranged.items() if bad is not None}
     row = snap.agg(F.count(F.lit(1)).alias("n"),
                    F.sum(F.when(key_null, 1).otherwise(0)).alias("null_keys"),
-                   F.count_distinct(F.struct(*[quote(k) for k in keys])).alias("distinct")).first()
+                   F.count_distinct(F.struct(*[quote(k) for k in keys])).alias("distinct"),
+                   *[F.count_if(bad).alias(f"r{i}") for i, bad in enumerate(ranged.values())]
+                   ).first()
     n, null_keys, distinct = int(row["n"]), int(row["null_keys"] or 0), int(row["distinct"])
+    far = {c: int(row[f"r{i}"] or 0) for i, c in enumerate(ranged)}
+    far = {c: k for c, k in far.items() if k}
+    if far:  # Parquet, or CSV types inferred by Spark (declared ones are checked by conform)
+        ex = {c: [r[0] for r in snap.where(ranged[c]).select(F.col(quote(c)).cast("string"))
+                  .limit(3).collect()] for c in far}
+        raise SnapshotInvalid(f"{where}: " + "; ".join(
+            f"column {c!r}: {k} value(s) outside years 1-9999 (UTC), e.g. {ex[c]}"
+            for c, k in far.items()) + ". No reader of the table could load them back, so "
+            "nothing was written. Fix the export (or declare the column as string in `schema:`)")
     if null_keys:
         raise SnapshotInvalid(f"{where}: {null_keys} row(s) with a NULL key {list(keys)}; "
                               "a snapshot row needs its key")

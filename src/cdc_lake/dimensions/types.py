@@ -105,6 +105,18 @@ def misfit(c: Column, s: str, t: str) -> Column:
     return c.isNotNull() & (conv.isNull() | ~F.coalesce(same, F.lit(False)))
 
 
+def out_of_range(c: Column, t: str) -> Column | None:
+    """True for a present ``timestamp`` / ``timestamp_ntz`` / ``date`` value outside years 1-9999
+    (UTC): a Parquet export or Spark's CSV type inference can hold one, no reader of the table
+    loads it back. None for any other type."""
+    if t in ("timestamp", "timestamp_ntz"):
+        micros = F.unix_micros(c.cast("timestamp"))
+        return c.isNotNull() & ~micros.between(F.lit(_FIRST_MICROS), F.lit(_LAST_MICROS))
+    if t == "date":
+        return c.isNotNull() & ~F.year(c).between(F.lit(1), F.lit(9999))
+    return None
+
+
 def conform(df: DataFrame, targets: dict[str, str], *, where: str, against: str, fix: str) -> DataFrame:
     """Cast ``df``'s columns to ``targets`` (column -> type) after checking that every value
     converts exactly; raises :class:`SnapshotInvalid` naming each column that does not, with up
