@@ -4,6 +4,7 @@
 ``mysql-replication`` and lands Maxwell-format JSON lines files (see ``docs/capture.md``):
 
 * :mod:`.reader` -- ``MaxwellCapture``: the binlog event loop, transaction ends, resume;
+  :mod:`.events` -- event kinds, GTID flags and transaction markers it tells apart;
 * :mod:`.server` -- the server's settings, binary logs and the start position;
 * :mod:`.row_lines` -- row and DDL events as Maxwell lines; :mod:`.refusals` -- events the
   capture refuses to land (exit 3) and what the operator does then;

@@ -15,6 +15,8 @@ from typing import Any
 
 from cdc_lake.capture import charsets
 from cdc_lake.capture.binlog_stream import binlog_error, stream_class
+from cdc_lake.capture.events import (DumpState, TxnState, event_classes, gtid_txn,
+                                     query_marker, schema_of)
 from cdc_lake.capture.landing import LandingWriter, TxnBuffer
 from cdc_lake.capture.refusals import (check_rotate, dump_refused, load_statement_check,
                                        other_binlog, statement_dml_check, unreadable_checksum,
@@ -28,12 +30,6 @@ from cdc_lake.capture.state import (BinlogPos, CaptureError, CaptureNeedsOperato
 log = logging.getLogger("cdc_lake.capture")
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
-
-
-# MariaDB GTID event flags (sql/log_event.h)
-_FL_STANDALONE = 1
-_FL_PREPARED_XA = 64
-_FL_COMPLETED_XA = 128
 
 
 @dataclass
@@ -53,57 +49,6 @@ class CaptureResult:
                 "duration_s": round(self.duration_s, 3), "stopped_by": self.stopped_by}
 
 
-@dataclass
-class _Txn:
-    """Where the reader is between events: inside a transaction (BEGIN, or a MariaDB GTID that
-    is not standalone) and, for an XA transaction, where it began and what it changes."""
-    open: bool = False
-    xa: dict[str, Any] | None = None
-
-
-@dataclass
-class _Dump:
-    """One binlog dump connection, started at ``at``."""
-    at: BinlogPos
-    cur_file: str
-    first_fd: bool = True
-    bad_start: Exception | None = None  # a rotate the next Format_description must confirm
-    reopen: tuple[BinlogPos, bool] | None = None  # read from here again with checksums on/off
-
-
-def _event_classes() -> Any:
-    import pymysqlreplication.event as e
-    import pymysqlreplication.row_event as r
-
-    class E:
-        RotateEvent, FormatDescriptionEvent = e.RotateEvent, e.FormatDescriptionEvent
-        MariadbGtidEvent, GtidEvent, QueryEvent = e.MariadbGtidEvent, e.GtidEvent, e.QueryEvent
-        XidEvent, XAPrepareEvent, HeartbeatLogEvent = e.XidEvent, e.XAPrepareEvent, e.HeartbeatLogEvent
-        ExecuteLoadQueryEvent = e.ExecuteLoadQueryEvent
-        WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent = (r.WriteRowsEvent, r.UpdateRowsEvent,
-                                                            r.DeleteRowsEvent)
-    return E
-
-
-def _schema_of(ev: Any) -> str:
-    """A query event's default database."""
-    return ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) \
-        else str(ev.schema or "")
-
-
-_ROLLBACK = re.compile(r"^ROLLBACK(?:\s+WORK)?(?:\s+TO\s+(?:SAVEPOINT\s+)?(?P<name>.+))?$",
-                       re.IGNORECASE | re.DOTALL)
-_SAVEPOINT = re.compile(r"^SAVEPOINT\s+(?P<name>.+)$", re.IGNORECASE | re.DOTALL)
-
-
-def _savepoint_name(text: str) -> str:
-    """A savepoint name as written (`` `a b` `` or ``a``) -> its name (case-insensitive)."""
-    text = text.strip()
-    if text.startswith("`") and text.endswith("`"):
-        text = text[1:-1].replace("``", "`")
-    return text.lower()
-
-
 class MaxwellCapture:
     """Read the binlog from the saved position and land Maxwell JSON lines files."""
 
@@ -121,7 +66,7 @@ class MaxwellCapture:
         self._identity: dict[str, dict[str, int]] = {}  # binlog file -> its Format_description
         self._logs: list[str] | None = None
         self._server = f"{settings.host}:{settings.port}"
-        self._tx = _Txn()
+        self._tx = TxnState()
 
     # ---- the control connection ----
     def _conn_kwargs(self) -> dict[str, Any]:
@@ -163,7 +108,7 @@ class MaxwellCapture:
                 self.txn.add(undo, head, tail)
 
     def _ddl(self, event: Any, pos: BinlogPos, sql: str) -> None:
-        for head, tail in self.lines.ddl(event, pos, sql, _schema_of(event), self._wanted):
+        for head, tail in self.lines.ddl(event, pos, sql, schema_of(event), self._wanted):
             self.txn.add("d", head, tail)
 
     def _end_txn(self, ts: int, xid: int | None, pos: BinlogPos, result: CaptureResult) -> None:
@@ -205,7 +150,7 @@ class MaxwellCapture:
         """Read from the saved position (or ``--start``) to the end of the binlog (or a stop
         request), landing whole transactions; the state moves only after a file is in place."""
         charsets.install()
-        self._ev, self._tx = _event_classes(), _Txn()
+        self._ev, self._tx = event_classes(), TxnState()
         t0 = time.monotonic()
         self.state.lock(self.s)
         try:
@@ -299,7 +244,7 @@ class MaxwellCapture:
         """One dump connection: events until the end, a stop request, or a file to read again
         with the other checksum setting (returned)."""
         stream = self._open_dump(at, checksum)
-        dump = _Dump(at=at, cur_file=at.file)
+        dump = DumpState(at=at, cur_file=at.file)
         try:
             for ev in stream:
                 pos = BinlogPos(stream.log_file, ev.packet.log_pos)
@@ -339,7 +284,7 @@ class MaxwellCapture:
         return False
 
     # ---- events ----
-    def _on_event(self, ev: Any, pos: BinlogPos, stream: Any, dump: _Dump,
+    def _on_event(self, ev: Any, pos: BinlogPos, stream: Any, dump: DumpState,
                   result: CaptureResult) -> bool:
         """Handle one event; True when it may have ended a transaction (or is a heartbeat)."""
         E, tx = self._ev, self._tx
@@ -361,7 +306,7 @@ class MaxwellCapture:
             load_statement_check(ev, pos, self._wanted, self._dbs)
         elif isinstance(ev, E.XidEvent):
             self._end_txn(int(ev.timestamp), int(ev.xid), pos, result)
-            self._tx = _Txn()
+            self._tx = TxnState()
             return True
         elif isinstance(ev, E.XAPrepareEvent) or (
                 tx.xa is not None and isinstance(ev, E.QueryEvent)
@@ -370,7 +315,7 @@ class MaxwellCapture:
                 raise xa_refusal(tx.xa, pos)
             # an XA transaction of tables not captured: nothing to land
             self._end_txn(int(ev.timestamp), None, pos, result)
-            self._tx = _Txn()
+            self._tx = TxnState()
             return True
         elif isinstance(ev, E.QueryEvent):
             return self._on_query(ev, pos, result)
@@ -378,7 +323,7 @@ class MaxwellCapture:
             return True  # a heartbeat
         return False
 
-    def _on_rotate(self, ev: Any, pos: BinlogPos, dump: _Dump) -> None:
+    def _on_rotate(self, ev: Any, pos: BinlogPos, dump: DumpState) -> None:
         if self._tx.open and self.txn.count:
             # a reconnect mid-transaction would resume mid-transaction
             raise CaptureError(f"binlog stream restarted inside a transaction at {pos}; "
@@ -395,7 +340,7 @@ class MaxwellCapture:
             # Format_description (next) tells how to parse it
             dump.bad_start = bad
 
-    def _on_format(self, ev: Any, stream: Any, dump: _Dump) -> None:
+    def _on_format(self, ev: Any, stream: Any, dump: DumpState) -> None:
         alg = getattr(ev, "checksum_algorithm", None)
         parses = stream.parses_checksum
         if alg in (0, 1) and parses is not None and bool(alg) != parses:
@@ -417,46 +362,37 @@ class MaxwellCapture:
             self._want_ident = None
 
     def _on_gtid(self, ev: Any, pos: BinlogPos) -> None:
-        self._last_gtid = str(getattr(ev, "gtid", None) or "")
-        flags = int(getattr(ev, "flags", 0) or 0)
-        xa = None
-        if flags & (_FL_PREPARED_XA | _FL_COMPLETED_XA):
-            xa = {"at": pos, "gtid": self._last_gtid, "tables": set(),
-                  "completed": bool(flags & _FL_COMPLETED_XA)}
-        mariadb = isinstance(ev, self._ev.MariadbGtidEvent)
-        self._tx = _Txn(open=mariadb and not flags & _FL_STANDALONE, xa=xa)
+        self._last_gtid, self._tx = gtid_txn(ev, pos, isinstance(ev, self._ev.MariadbGtidEvent))
 
     def _on_query(self, ev: Any, pos: BinlogPos, result: CaptureResult) -> bool:
         tx = self._tx
-        sql = ev.query.strip().rstrip(";").strip()
-        word = sql.split(None, 1)[0].upper() if sql else ""
-        if word == "BEGIN":
+        marker, name = query_marker(ev.query)
+        if marker == "begin":
             tx.open = True
             return False
-        sp = _SAVEPOINT.match(sql)
-        if sp and tx.open:
-            self.txn.savepoint(_savepoint_name(sp.group("name")))
+        if marker == "savepoint" and tx.open:
+            self.txn.savepoint(name or "")
             return False
-        rb = _ROLLBACK.match(sql)
-        if rb and rb.group("name") and tx.open:
+        if marker == "rollback_to" and tx.open:
             # ROLLBACK TO sp: logged when the transaction also changed a non-transactional
             # table; the transactional rows after sp go
-            self.txn.rollback_to(_savepoint_name(rb.group("name")))
+            self.txn.rollback_to(name or "")
             return False
-        if (rb and not rb.group("name")) or (word == "COMMIT" and len(sql.split()) == 1):
+        if marker in ("rollback", "commit"):
             # non-transactional engines: their changes stay on ROLLBACK
-            if rb:
+            if marker == "rollback":
                 self.txn.rollback()
             self._end_txn(int(ev.timestamp), None, pos, result)
             tx.open = False
             return True
         if tx.xa is not None:
             return False  # XA START / XA END of an XA transaction
-        statement_dml_check(_schema_of(ev), ev.query, pos, self._wanted, self._dbs)
+        statement_dml_check(schema_of(ev), ev.query, pos, self._wanted, self._dbs)
         self._ddl(ev, pos, ev.query)
         if not tx.open:
             self._end_txn(int(ev.timestamp), None, pos, result)
         return True
+
 
 def capture(settings: CaptureSettings) -> CaptureResult:
     """Run one capture (in-process API used by tests and the CLI)."""
