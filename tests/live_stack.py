@@ -30,14 +30,8 @@ from typing import Any
 
 import pytest
 
-from live_airflow import (
-    REPO,
-    LiveAirflow,
-    copy_pipelines_for_test,
-    pick_pipeline,
-    postgres_available,
-    start_live_airflow,
-)
+from live_airflow import REPO, LiveAirflow, postgres_available, start_live_airflow
+from live_pipelines import copy_pipelines_for_test, pick_pipeline
 
 GROUP = frozenset({"tests/test_airflow_live.py", "tests/test_browser.py",
                    "tests/test_capture_dag_live.py"})

@@ -26,15 +26,8 @@ import httpx
 import jwt
 import pytest
 
-from live_airflow import (
-    REPO,
-    MaxwellScenario,
-    dump_logs,
-    find_summary,
-    pick_pipeline,
-    postgres_available,
-    real_pipeline_parts,
-)
+from live_airflow import REPO, dump_logs, postgres_available
+from live_pipelines import MaxwellScenario, find_summary, pick_pipeline, real_pipeline_parts
 from live_stack import pipeline_airflow, shared_db
 
 pytestmark = [pytest.mark.airflow_live]

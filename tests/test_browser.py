@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from live_airflow import REPO, MaxwellScenario, dump_logs, find_summary, real_pipeline_parts
+from live_airflow import REPO, dump_logs
+from live_pipelines import MaxwellScenario, find_summary, real_pipeline_parts
 
 pytestmark = [pytest.mark.browser, pytest.mark.airflow_live]
 
