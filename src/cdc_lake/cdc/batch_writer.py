@@ -143,16 +143,21 @@ class BatchWriter:
 
     def _type_seed(self, name: str) -> StructType | None:
         """The schema a table not written yet starts its column types from (a full refresh:
-        the live table's), else None."""
+        the live table's, without the columns ``types`` pins: the rebuild applies the pin), else
+        None."""
         seed = self.targets.type_seeds.get(name)
         if seed is None:
             return None
         try:
-            return self.engine.schema(str(seed))
+            live = self.engine.schema(str(seed))
         except Exception as e:  # noqa: BLE001 - a damaged live table: the rebuild infers anew
             print(f"[cdc] {name}: the live table's types could not be read ({type(e).__name__}); "
                   "the full refresh types its columns from the landing history", flush=True)
             return None
+        if live is None:
+            return None
+        pinned = {c.lower() for c in self.cfg.tables[name].types}
+        return StructType([f for f in live.fields if f.name.lower() not in pinned])
 
     # -- writes --------------------------------------------------------------------------------
     def _table_frames(self, plan: ch.TablePlan, changes: DataFrame, txn: Txn,

@@ -33,7 +33,7 @@ from cdc_lake.cdc.column_types import (DATE_RE, TIMESTAMP_RE, ColumnType, Observ
                                        kind_proven, parse_object_schema, resolve, vfield)
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.cdc.events import ORDINAL
-from cdc_lake.cdc.widening import proven_exact, widen
+from cdc_lake.cdc.widening import pin_fits, proven_exact, same_type, widen
 
 UNKNOWN = "__unknown__"
 IGNORED = "__ignored__"
@@ -341,6 +341,14 @@ def plan_table(cfg: PipelineConfig, name: str, observed: dict[str, ObservedColum
     for c in candidates:
         obs = observed.get(c) or ObservedColumn(c, "VOID", None, False, False)
         configured, current = types.get(c), existing_types.get(c)
+        if current is not None and configured is not None and not same_type(configured, current):
+            # a pin changed on a running pipeline: applied when it is a lossless widening of
+            # the stored column; otherwise the stored type stays the target (values checked
+            # against what they are stored as; the run's preflight refuses such a pin)
+            if pin_fits(current, configured):
+                widened[c] = current = configured
+            else:
+                configured = current
         if current is not None and configured is None and c in observed:
             # the batch alone would pick `natural`: widen the column when that is lossless
             numbers = obs if obs.numeric_type is None else ObservedColumn(

@@ -55,6 +55,22 @@ def _decimal(t: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def same_type(a: str, b: str) -> bool:
+    """Whether two Spark / Delta type names name one type (``long`` and ``bigint``)."""
+    return _norm(a).replace(" ", "") == _norm(b).replace(" ", "")
+
+
+def pin_fits(stored: str, pin: str) -> bool:
+    """Whether a ``types`` pin can apply to a column stored as ``stored``: the same type, or a
+    lossless widening of it to exactly the pin (``decimal(10,2)`` -> ``decimal(12,4)``,
+    ``int`` -> ``bigint``; not ``bigint`` -> ``double``, nor anything narrower)."""
+    if same_type(stored, pin):
+        return True
+    s, p = _norm(stored).replace(" ", ""), _norm(pin).replace(" ", "")
+    w = widen(s, p)
+    return w is not None and w.replace(" ", "") == p
+
+
 def widen(existing: str, incoming: str) -> str | None:
     """The type ``existing`` must become to hold ``incoming``'s values exactly, if a lossless
     widening does it; ``None`` when nothing changes (already wide enough) or none is lossless."""
