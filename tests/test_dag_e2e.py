@@ -18,6 +18,7 @@ master is the default ``local[*]``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -55,12 +56,22 @@ opt = lambda name: app_args[app_args.index(name) + 1]
 code = int(os.environ.get("FAKE_SPARK_EXIT", "0"))
 if code == 75:
     print("26/11/21 12:29:27 INFO BlockManager: Initialized BlockManager")
+    from datetime import datetime, timezone
+    since = os.environ.get("FAKE_LOCK_SINCE") or datetime.now(timezone.utc).isoformat()
     print("[cdc] PIPELINE LOCKED: checkpoint /x is locked by another run "
-          "({{\\"pid\\": 4242, \\"run_id\\": \\"%s\\"}}); this run stops without touching it."
-          % os.environ.get("FAKE_LOCK_HOLDER", "scheduled__other"))
+          "({{\\"pid\\": 4242, \\"run_id\\": \\"%s\\", \\"since\\": \\"%s\\"}}); this run stops without "
+          "touching it." % (os.environ.get("FAKE_LOCK_HOLDER", "scheduled__other"), since))
 elif code == 2:
     print("[cdc] CONFIG ERROR: p.yaml: source.path: landing folder does not exist")
 elif code:
+    import time
+    time.sleep(float(os.environ.get("FAKE_SPARK_SLEEP", "0")))  # a run Airflow can stop
+    if os.environ.get("FAKE_JOB_RECORD"):  # the job recorded its own failure
+        cfg = load_pipeline(opt("--pipeline"))
+        path = run_summary_path(cfg.runs_path, cfg.name, opt("--run-id"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({{"run_id": opt("--run-id"), "status": "failed",
+                                    "error": "the job's own message"}}))
     print("Exception in thread \\"main\\" java.lang.OutOfMemoryError: fake")
 else:
     cfg = load_pipeline(opt("--pipeline"))
@@ -409,6 +420,103 @@ def test_lock_held_by_maintenance_fails_so_that_airflow_retries(monkeypatch, tmp
     assert not isinstance(exc.value, (AirflowSkipException, AirflowFailException)), exc.value
     assert "The holder is the pipeline's maintenance" in str(exc.value)
     assert '"run_id": "maintenance-20261128T060000"' in str(exc.value)
+
+
+def test_lock_held_by_a_run_that_started_before_new_files_fails_so_that_airflow_retries(
+        monkeypatch, tmp_path, fake_spark):
+    """Tester, 2026-11-29: the runs of a backfill that met the lock were skipped (DAG runs green)
+    while files landed after the holder had started waited, unread, for some later run (the
+    holder's Trigger.AvailableNow end was fixed before they landed). Skipped only while every
+    landed file is older than the holder's lock; otherwise a retryable failure naming them."""
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    cfg = load_pipeline(write_pipeline(tmp_path, "lkn"))
+    old = cfg.landing_path / "0001.json"
+    old.write_text("{}\n", encoding="utf-8")
+    since = datetime.now(timezone.utc) - timedelta(minutes=5)
+    os.utime(old, (since.timestamp() - 60, since.timestamp() - 60))  # landed before the holder
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "75")
+    monkeypatch.setenv("FAKE_LOCK_SINCE", since.isoformat())
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=cfg)
+    with pytest.raises(AirflowSkipException):
+        op.execute({"params": {}, "run_id": "backfill__2"})
+
+    (cfg.landing_path / "0002.json").write_text("{}\n", encoding="utf-8")  # after the holder's lock
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=cfg)
+    with pytest.raises(AirflowException) as exc:
+        op.execute({"params": {}, "run_id": "backfill__3"})
+    assert not isinstance(exc.value, (AirflowSkipException, AirflowFailException)), exc.value
+    assert "1 input file(s) landed after the holder took the lock" in str(exc.value), exc.value
+    assert "0002.json" in str(exc.value) and "retries this run" in str(exc.value), exc.value
+
+
+def test_a_run_that_ends_without_its_own_record_is_recorded_as_failed(monkeypatch, tmp_path, fake_spark):
+    """Tester, 2026-11-29: after a run whose driver was killed (or that Airflow stopped: task
+    marked failed), the status view and ``latest.json`` still showed the run before as the last,
+    "succeeded". The operator now records such a run as failed; a record the job wrote itself
+    is kept, and a run that met the lock (exit 75) records nothing."""
+    import threading
+    import time
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from cdc_lake.airflow.operator import CdcSparkSubmitOperator
+    from cdc_lake.config import load_pipeline
+
+    cfg = load_pipeline(write_pipeline(tmp_path, "rec"))
+    latest = cfg.runs_path / cfg.name / "latest.json"
+
+    def run(run_id: str, code: str, **env: str) -> None:
+        monkeypatch.setenv("FAKE_SPARK_EXIT", code)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        op = CdcSparkSubmitOperator(task_id="ingest", pipeline=cfg)
+        context = {"params": {}, "run_id": run_id}
+        op.application_args = op.render_template(op.application_args, context)
+        with contextlib.suppress(AirflowException):
+            op.execute(context)
+
+    run("manual__ok", "0")
+    assert json.loads((latest.parent / "manual__ok.json").read_text())["status"] == "succeeded"
+    run("manual__killed", "137")  # the driver killed: no record of its own
+    last = json.loads(latest.read_text())
+    assert (last["run_id"], last["status"], last["recorded_by"]) == ("manual__killed", "failed", "airflow")
+    assert "exit code 137" in last["error"] and "OutOfMemoryError" in last["error"], last
+    run("manual__locked", "75")
+    assert json.loads(latest.read_text())["run_id"] == "manual__killed", "exit 75 records nothing"
+    run("manual__own", "1", FAKE_JOB_RECORD="1")
+    assert json.loads((latest.parent / "manual__own.json").read_text())["error"] == "the job's own message"
+
+    # Airflow stops the task while spark-submit runs: on_kill stops it and records the run
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "1")
+    monkeypatch.setenv("FAKE_SPARK_SLEEP", "60")
+    monkeypatch.delenv("FAKE_JOB_RECORD")
+    op = CdcSparkSubmitOperator(task_id="ingest", pipeline=cfg)
+    context = {"params": {}, "run_id": "manual__stopped"}
+    op.application_args = op.render_template(op.application_args, context)
+    t = threading.Thread(target=_quietly, args=(op.execute, context))
+    t.start()
+    deadline = time.monotonic() + 30
+    while getattr(getattr(op, "_hook", None), "_submit_sp", None) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    op.on_kill()
+    t.join(30)
+    assert not t.is_alive(), "spark-submit was stopped"
+    last = json.loads(latest.read_text())
+    assert (last["run_id"], last["status"]) == ("manual__stopped", "failed"), last
+    assert "the Airflow task was stopped" in last["error"], last
+
+
+def _quietly(fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - the stopped run's own failure
+        pass
 
 
 def test_lock_message_names_the_holder(monkeypatch, tmp_path, fake_spark):

@@ -182,7 +182,10 @@ open(os.environ["FAKE_SPARK_LOG"], "a").write(json.dumps(argv) + "\\n")
 app = argv[next(i for i, a in enumerate(argv) if a.endswith(".py")) + 1:]
 code = int(os.environ.get("FAKE_SPARK_EXIT", "0"))
 if code == 75:
-    print("[x] PIPELINE LOCKED: locked by another run ({{\\"pid\\": 4242, \\"run_id\\": \\"holder\\"}})")
+    from datetime import datetime, timezone
+    since = os.environ.get("FAKE_LOCK_SINCE") or datetime.now(timezone.utc).isoformat()
+    print("[x] PIPELINE LOCKED: locked by another run ({{\\"pid\\": 4242, \\"run_id\\": \\"holder\\", "
+          "\\"since\\": \\"%s\\"}})" % since)
 elif code:
     print(f"[x] failing with {{code}}")
 else:
@@ -276,6 +279,28 @@ def test_enrich_exit_codes(tmp_path, monkeypatch, fake_spark, code, outcome):
     assert type(e.value) is outcome
     if code == 3:
         assert "--reprocess" in str(e.value)
+
+
+@needs_enrich
+def test_a_locked_run_retries_when_the_change_feed_moved_after_the_holders_lock(
+        tmp_path, monkeypatch, fake_spark):
+    """Tester, 2026-11-29 (the CDC kind's backfill): a run that met the lock was skipped while
+    changes committed after the holder had started waited for a later run. A commit of the fact
+    change feed newer than the holder's lock makes it a retryable failure instead."""
+    from datetime import datetime, timedelta, timezone
+
+    from cdc_lake.airflow.enrich_operator import EnrichSparkSubmitOperator
+
+    monkeypatch.setenv("FAKE_SPARK_EXIT", "75")
+    monkeypatch.setenv("FAKE_LOCK_SINCE", (datetime.now(timezone.utc) - timedelta(minutes=5)).isoformat())
+    cfg = load_pipeline(_folder(tmp_path) / "order_lines.yaml")
+    [feed] = cfg.change_feed_sources
+    (feed / "_delta_log").mkdir(parents=True)
+    (feed / "_delta_log" / "00000000000000000007.json").write_text("{}\n", encoding="utf-8")
+    with pytest.raises(AirflowException) as e:
+        _run(EnrichSparkSubmitOperator(task_id="enrich", pipeline=cfg))
+    assert not isinstance(e.value, (AirflowSkipException, AirflowFailException)), e.value
+    assert "00000000000000000007.json" in str(e.value) and "retries" in str(e.value), e.value
 
 
 @needs_enrich

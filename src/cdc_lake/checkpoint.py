@@ -107,7 +107,9 @@ class CheckpointLock:
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
-                             "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
+                             # to the microsecond: a run that meets the lock compares landed
+                             # files' times with it (airflow.submit.landed_after)
+                             "since": datetime.now(timezone.utc).isoformat(timespec="microseconds")}))
         fh.flush()
         self._fh, self._dir_fd = fh, dir_fd
 

@@ -95,7 +95,7 @@ class PostgresAdvisoryLock:
                     f"another run ({holder}); this run stops without touching the checkpoint. "
                     "Wait for that run to finish.")
             me = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
-                  "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                  "since": datetime.now(timezone.utc).isoformat(timespec="microseconds")}
             cur.execute(f"CREATE TABLE IF NOT EXISTS {HOLDERS_TABLE} (k1 int NOT NULL, "
                         "k2 int NOT NULL, name text, holder jsonb, backend_pid int, "
                         "PRIMARY KEY (k1, k2))")

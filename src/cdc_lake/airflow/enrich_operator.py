@@ -44,7 +44,7 @@ from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook
 from cdc_lake.airflow.assets import TableEvent, delta_version, json_scalars, pipeline_alias, summary_count, table_asset
 from cdc_lake.airflow.operator import CdcSparkSubmitOperator
 from cdc_lake.airflow.params import RunParams, refuse_in_backfill, run_type_of, unknown_conf_message
-from cdc_lake.airflow.submit import build_conf, delta_jars, held_by_maintenance, lock_lines
+from cdc_lake.airflow.submit import build_conf, covered_by_holder, delta_jars, held_by_maintenance, lock_lines
 from cdc_lake.launch import DRIVER_JAVA_OPTIONS
 
 if TYPE_CHECKING:
@@ -93,9 +93,11 @@ class _KindOperator(CdcSparkSubmitOperator):
             self._set_launch_options(None, "not sized for this job kind")
         self._ship_package()
         self._before_run()
+        self._start_try(run_id)
         try:
             SparkSubmitOperator.execute(self, context)
         except AirflowException as e:
+            self._record_unreported_failure(e)
             self._raise_for_exit_code(e)
             raise
         summary = self._read_summary(run_id)
@@ -209,9 +211,19 @@ class EnrichSparkSubmitOperator(_KindOperator):
                 f"nothing: failing so that Airflow retries this run once it is done."
                 f"{lock_lines(tail)}") from error
         if code == 75:
+            fact = self.pipeline.fact
+            covered, why = covered_by_holder(
+                tail, folders=[fact.events.path] if fact.events is not None else [],
+                tables=list(self.pipeline.change_feed_sources))
+            if not covered:  # the holder's end was fixed before these commits / files
+                raise AirflowException(
+                    f"Enrichment {name!r} is locked by another run (exit 75); {why}: failing so "
+                    f"that Airflow retries this run once the holder is done.{lock_lines(tail)}"
+                    ) from error
             raise AirflowSkipException(
                 f"Enrichment {name!r} is locked by another run (exit 75); skipped: the holder "
-                f"processes everything new since the checkpoint.{lock_lines(tail)}") from error
+                f"processes everything new since the checkpoint (every fact change is older "
+                f"than its lock).{lock_lines(tail)}") from error
         if code == 2:
             raise AirflowFailException(f"Enrichment {name!r}: the job rejected its config or "
                                        f"arguments (exit 2); not retrying.{_job_lines(tail, 'enrich')}"

@@ -25,9 +25,12 @@ Job exit codes -> task outcome (docs/contracts.md, docs/airflow.md):
   returned (XCom ``return_value``); each table **the run changed** gets an Asset event through
   the pipeline's :func:`pipeline_alias`, its metrics as ``extra`` (:func:`cdc_table_changed`);
   a run that found nothing new records none.
-* ``75`` (another run holds the pipeline lock): the task is **skipped** - the holder is already
-  processing the pipeline, nothing was written, no Asset event. A ``full_refresh`` run **fails
-  without retry** instead, so the requested rebuild is not silently dropped.
+* ``75`` (another run holds the pipeline lock): the task is **skipped** when the holder reads
+  everything this run would (every landed file is older than the holder's lock); nothing was
+  written, no Asset event. When files landed after the holder took the lock (which it may not
+  read), or the holder is the pipeline's maintenance, the task **fails so that Airflow retries**
+  it. A ``full_refresh`` run **fails without retry**, so the requested rebuild is not silently
+  dropped.
 * ``2`` (config or argument error): fails without retry (a retry would fail the same way).
 * ``3`` (checkpoint damaged or a table deleted behind it) and ``4`` (quarantine threshold
   exceeded): fail without retry; the task log shows the job's message with the recovery.
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -49,11 +53,13 @@ from cdc_lake.airflow.assets import (TableEvent, cdc_output_paths, cdc_table_cha
                                      pipeline_alias, summary_count, table_asset)
 from cdc_lake.airflow.hook import DEFAULT_CONN_ID, CdcSparkSubmitHook, lock_dsn_env
 from cdc_lake.airflow.params import RunParams, run_type_of, validate_run_params
-from cdc_lake.airflow.submit import build_conf, delta_jars, held_by_maintenance, lock_lines, output_lines
+from cdc_lake.airflow.submit import (build_conf, covered_by_holder, delta_jars, held_by_maintenance, lock_lines,
+                                     output_lines)
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.cdc.backlog import backlog
 from cdc_lake.launch import DRIVER_JAVA_OPTIONS, FULL_JIT_FROM_MB, driver_jit, launch_conf
 from cdc_lake.runids import run_summary_path
+from cdc_lake.summary import record_failure
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,9 +119,11 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         self.log.info("Pipeline %s, run %s, params %s", self.pipeline.name, run_id, self._run_params)
         self._ship_package()
         self._choose_driver_jit()
+        self._start_try(run_id)
         try:
             super().execute(context)
         except AirflowException as e:
+            self._record_unreported_failure(e)
             self._raise_for_exit_code(e)
             raise
         summary = self._read_summary(run_id)
@@ -123,6 +131,52 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("%s", format_summary(summary))
             self._annotate_asset_events(context, summary)
         return summary
+
+    # -- the run record of a run the job could not record itself ---------------------------------
+    def _start_try(self, run_id: str) -> None:
+        self._try_run_id, self._try_started = run_id, datetime.now(timezone.utc)
+
+    def _recorded_by_job(self) -> bool:
+        """Whether the job wrote this try's run record (``<run id>.json`` newer than its start)."""
+        path = run_summary_path(self.pipeline.runs_path, self.pipeline.name, self._try_run_id)
+        try:
+            return path.stat().st_mtime >= self._try_started.timestamp() - 1
+        except OSError:
+            return False
+
+    def _record_unreported_failure(self, error: BaseException | str) -> None:
+        """A run that ended without its own record (driver killed, config refused before the
+        job's lock, task killed by Airflow) gets a ``failed`` one, so the status view and
+        ``latest.json`` do not go on showing the previous run as the last (tester, 2026-11-29:
+        "succeeded" after a killed and a marked-failed run). Not for exit 75: a run that met the
+        lock ran nothing; the holder records."""
+        if getattr(self, "_try_started", None) is None:
+            return
+        hook = getattr(self, "_hook", None)
+        code = hook.returncode if isinstance(hook, CdcSparkSubmitHook) else None
+        if code == EXIT_LOCK_HELD or self._recorded_by_job():
+            return
+        tail = hook.output_tail if isinstance(hook, CdcSparkSubmitHook) else []
+        why = error if isinstance(error, str) else (
+            f"spark-submit ended with exit code {code} and the job wrote no run record "
+            f"(killed, or stopped before its lock): {str(error)[:300]}")
+        last = output_lines(tail, "ERROR", "Error", "NEEDS", "Killed")
+        record_failure(self.pipeline.runs_path, self.pipeline.name, {
+            "pipeline": self.pipeline.name, "run_id": self._try_run_id, "status": "failed",
+            "error": (why + (f"; the job's last message(s):{last}" if last else ""))[:2000],
+            "recorded_by": "airflow",
+            "started_at": self._try_started.isoformat(timespec="seconds"),
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+
+    def on_kill(self) -> None:
+        """Airflow stops the task (marked failed, timed out, cleared): stop spark-submit, then
+        record the run as failed unless the job recorded it."""
+        try:
+            super().on_kill()
+        finally:
+            self._record_unreported_failure(
+                "the Airflow task was stopped while spark-submit ran (marked failed or success, "
+                "cleared, or timed out); the job was killed")
 
     def _choose_driver_jit(self) -> None:
         """The driver JVM's JIT for this run's backlog (:func:`cdc_lake.launch.launch_conf`):
@@ -239,8 +293,14 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
                 raise AirflowException(
                     f"{message} The holder is the pipeline's maintenance, which ingests nothing: "
                     f"failing so that Airflow retries this run once it is done.{holder}") from error
+            covered, why = covered_by_holder(hook.output_tail, folders=[self.pipeline.landing_path])
+            if not covered:
+                raise AirflowException(
+                    f"{message} {why}: failing so that Airflow retries this run once the holder "
+                    f"is done.{holder}") from error
             raise AirflowSkipException(
-                f"{message} Skipped: the lock holder is processing the pipeline.{holder}") from error
+                f"{message} Skipped: the lock holder is processing the pipeline (every landed "
+                f"file is older than its lock).{holder}") from error
         if code == EXIT_CONFIG_ERROR:
             raise AirflowFailException(
                 f"Pipeline {self.pipeline.name!r}: the job rejected its config or arguments (exit code 2); "
