@@ -578,3 +578,210 @@ def test_undeclared_timestamps_and_dates_outside_years_1_to_9999_are_an_invalid_
             run_refresh(cfg, date="2026-01-02", spark=spark, run_id=f"bad-{column}")
         assert f"column {column!r}: 1 value(s) outside years 1-9999" in str(e.value), str(e.value)
         assert DeltaTable(str(cfg.table)).version() == version, "nothing written"
+
+
+# --------------------------------------------------------------------------- tester, 2026-11-29
+
+
+def _job():  # type: ignore[no-untyped-def]
+    """spark_jobs/dimension_refresh.py as a module (its ``main`` returns the exit code)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dimension_refresh", REPO / "spark_jobs" / "dimension_refresh.py")
+    job = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(job)  # type: ignore[union-attr]
+    return job
+
+
+def _pipeline(tmp: Path, name: str, fmt: str = "csv", schema: str = "") -> Path:
+    """An SCD1 dimension pipeline ``name`` keyed by product_id (``schema:`` line optional);
+    snapshots in ``<tmp>/snaps`` (created)."""
+    (tmp / "snaps").mkdir(exist_ok=True)
+    f = tmp / "dim.yaml"
+    f.write_text(f"kind: dimension\npipeline: {name}\nsnapshots: {{path: snaps, format: {fmt}}}\n"
+                 f"keys: [product_id]\nscd: 1\n{schema}table: lake/{name}\n"
+                 "engine: {name: deltalake}\n", encoding="utf-8")
+    return f
+
+
+def _rfc4180(rows: list[list[str | None]]) -> str:
+    """CSV text by RFC 4180, written here by hand: every text quoted (a quote inside doubled),
+    None an unquoted empty field."""
+    def field(v: str | None) -> str:
+        return "" if v is None else '"' + v.replace('"', '""') + '"'
+
+    return "".join(",".join(field(v) for v in r) + "\r\n" for r in rows)
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_csv_quotes_are_read_as_rfc_4180_and_a_quoted_empty_field_is_empty_text(spark, tmp_path, declared):
+    '''Tester: a quoted field holding say ""hi"" (two quotes for one) was stored with the
+    enclosing and doubled quotes kept (Spark's escape is a backslash), and a quoted empty field as
+    NULL. Truth: Python's csv module reads the same file; an unquoted empty field is NULL, a
+    quoted one the empty string (text columns), and in a number column a quoted empty field is
+    NULL too (there is no empty number).'''
+    from cdc_lake.dimensions.refresh import run_refresh
+
+    values = {1: ['say "hi"', "", "7"], 2: ["a,b", None, ""], 3: ['"', '""', None],
+              4: ["two\nlines", " padded ", "8"], 5: ["back\\slash \\", "x", "9"]}
+    header = ["product_id", "note", "extra", "qty"]
+    text = _rfc4180([header] + [[str(k), *v] for k, v in values.items()])
+    yaml = _pipeline(tmp_path, "quotes", schema="schema: {product_id: bigint, note: string, "
+                     "extra: string, qty: int}\n" if declared else "")
+    f = tmp_path / "snaps" / "2026-01-01.csv"
+    f.write_bytes(text.encode("utf-8"))
+    with open(f, newline="", encoding="utf-8") as fh:
+        parsed = list(csv.reader(fh))
+    assert parsed[0] == header and {int(r[0]): r[1:] for r in parsed[1:]} == {
+        k: [x or "" for x in v] for k, v in values.items()}, "Python's csv reads the values back"
+    cfg = load_pipeline(yaml)
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="q1")["status"] == "succeeded"
+    got = {r["product_id"]: [r["note"], r["extra"], r["qty"]]
+           for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    want = {k: [note, extra, int(qty) if qty else None] for k, (note, extra, qty) in values.items()}
+    assert got == want, got
+
+
+def _fraction_beyond_micros(text: str) -> bool:
+    """Whether timestamp text has a non-zero fraction digit past the 6th (plain Python)."""
+    import re
+
+    m = re.search(r":\d\d\.(\d+)", text)
+    return bool(m) and m.group(1)[6:].strip("0") != ""
+
+
+def _micros_datetime(text: str) -> datetime:
+    """``YYYY-MM-DD HH:MM:SS[.f...]`` whose digits past the 6th are zeros, as a datetime."""
+    base, _, frac = text.partition(".")
+    assert frac[6:].strip("0") == "", text
+    return datetime.strptime(base, "%Y-%m-%d %H:%M:%S") + timedelta(microseconds=int((frac + "000000")[:6]))
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_timestamp_digits_beyond_microseconds_are_an_invalid_snapshot(spark, tmp_path, capsys, declared):
+    """Tester: ``10:00:00.1234567`` was stored as ``10:00:00.123456`` and ``10:00:00.0000009`` as
+    ``10:00:00`` (exit 0), with inferred types and with ``schema: {seen: timestamp}``. Now exit 3
+    naming file, column and values, nothing written; trailing zeros (``.1234560``) are exact and
+    stored. Inferred types are checked like declared ones: a decimal text a double would round
+    (18 significant digits) is refused too, with the fix to declare the column in ``schema:``."""
+    from decimal import Decimal
+
+    job = _job()
+    yaml = _pipeline(tmp_path, "stamps", schema="schema: {product_id: bigint, seen: timestamp, "
+                     "w: string}\n" if declared else "")
+    day1 = {1: ("2026-01-01 10:00:00.1234560", "1.5"), 2: ("2026-01-01 10:00:00", "2.25")}
+    day2 = {1: ("2026-01-01 10:00:00.1234567", "1.5"), 2: ("2026-01-01 10:00:00.0000009", "2.25"),
+            3: ("2026-01-01 10:00:00.123456000", "1.00000000000000001")}
+    for day, rows in (("2026-01-01", day1), ("2026-01-02", day2)):
+        (tmp_path / "snaps" / f"{day}.csv").write_text("product_id,seen,w\n" + "".join(
+            f"{k},{s},{w}\n" for k, (s, w) in rows.items()), encoding="utf-8")
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 0
+    cfg = load_pipeline(yaml)
+    rows = DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()
+    assert {r["product_id"]: r["seen"].replace(tzinfo=None) for r in rows} == {
+        k: _micros_datetime(s) for k, (s, _) in day1.items()}, rows
+    version = DeltaTable(str(cfg.table)).version()
+    capsys.readouterr()
+
+    f2 = tmp_path / "snaps" / "2026-01-02.csv"
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-02"]) == 3
+    err = capsys.readouterr().err
+    bad = [s for s, _ in day2.values() if _fraction_beyond_micros(s)]
+    assert len(bad) == 2 and "INVALID SNAPSHOT" in err and str(f2) in err, err
+    assert f"column 'seen': {len(bad)} value(s) with a non-zero digit beyond microseconds" in err, err
+    assert all(repr(s) in err for s in bad) and "Traceback" not in err, err
+    rounded = [w for _, w in day2.values() if Decimal(float(w)) != Decimal(w)]
+    if declared:  # w is declared string: its text is kept
+        assert "'w'" not in err, err
+    else:
+        assert rounded == ["1.00000000000000001"] and "column 'w': 1 value(s)" in err, err
+        assert repr(rounded[0]) in err and "type double" in err, err
+        assert "declare the columns in `schema:`" in err and "string keeps the text" in err, err
+    assert DeltaTable(str(cfg.table)).version() == version, "nothing written"
+
+
+def test_parquet_nanosecond_timestamps_are_read_when_whole_microseconds(spark, tmp_path, capsys):
+    """Tester: a Parquet snapshot with nanosecond timestamps (pandas' default unit) failed with
+    Spark's PARQUET_TYPE_ILLEGAL traceback, exit 1 (retried by Airflow for ever). Whole
+    microseconds are stored (UTC-adjusted as timestamp, local as timestamp_ntz); a non-zero
+    nanosecond digit is exit 3 naming file, column and value, nothing written; nanoseconds
+    nested in a struct are refused before Spark reads the file. Truth: the file's own int64
+    nanoseconds, read with pyarrow."""
+    from datetime import timezone as tz
+
+    job = _job()
+    yaml = _pipeline(tmp_path, "nanos", fmt="parquet")
+    snaps = tmp_path / "snaps"
+    good = [1_700_000_000_123_456_000, -1_000, None, 0]
+
+    def land(day: str, at: list, local: list, **extra) -> Path:  # type: ignore[no-untyped-def]
+        f = snaps / f"{day}.parquet"
+        pq.write_table(pa.table({"product_id": pa.array(range(1, len(at) + 1), pa.int64()),
+                                 "at": pa.array(at, pa.timestamp("ns", tz="UTC")),
+                                 "local": pa.array(local, pa.timestamp("ns")), **extra}), f)
+        return f
+
+    f1 = land("2026-01-01", good, list(reversed(good)))
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 0
+    back = pq.read_table(f1)
+    nanos = {c: back.column(c).cast(pa.int64()).to_pylist() for c in ("at", "local")}
+
+    def as_datetime(ns: int | None, utc: bool) -> datetime | None:
+        if ns is None:
+            return None
+        assert ns % 1000 == 0
+        t = datetime(1970, 1, 1) + timedelta(microseconds=ns // 1000)
+        return t.replace(tzinfo=tz.utc) if utc else t
+
+    cfg = load_pipeline(yaml)
+    dt = DeltaTable(str(cfg.table))
+    got = {r["product_id"]: (r["at"], r["local"]) for r in dt.to_pyarrow_table().to_pylist()}
+    assert got == {k: (as_datetime(a, True), as_datetime(b, False)) for k, a, b in
+                   zip(back.column("product_id").to_pylist(), nanos["at"], nanos["local"])}, got
+    types = {f.name: f.type.type for f in dt.schema().fields}
+    assert (types["at"], types["local"]) == ("timestamp", "timestamp_ntz"), types
+    version = dt.version()
+    capsys.readouterr()
+
+    f2 = land("2026-01-02", [1_700_000_000_123_456_789, 0], [5, 1_000])
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-02"]) == 3
+    err = capsys.readouterr().err
+    for column, ns, text in (("at", 1_700_000_000_123_456_789, "2023-11-14T22:13:20.123456789Z"),
+                             ("local", 5, "1970-01-01T00:00:00.000000005")):
+        assert ns % 1000 and datetime(1970, 1, 1) + timedelta(seconds=ns // 10**9) == \
+            datetime.fromisoformat(text.rstrip("Z")[:19]), "the fixture's text is the value"
+        assert f"column {column!r}: 1 value(s) with a non-zero digit beyond microseconds" in err, err
+        assert repr(text) in err, err
+    assert "INVALID SNAPSHOT" in err and str(f2) in err and "microseconds" in err, err
+    assert "Traceback" not in err and "PARQUET_TYPE_ILLEGAL" not in err, err
+    f3 = land("2026-01-03", [0], [0], nested=pa.array([{"t": 1}], pa.struct([("t", pa.timestamp("ns"))])))
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-03"]) == 3
+    err = capsys.readouterr().err
+    assert str(f3) in err and "['nested']" in err and "Traceback" not in err, err
+    assert DeltaTable(str(cfg.table)).version() == version, "nothing written"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_column_renamed_only_in_case_is_the_same_column(spark, tmp_path, capsys, fmt):
+    """Tester: a header ``Name`` on day 1 and ``name`` on day 2 was refused as "column(s)
+    ['Name'] ... missing from the snapshot". Spark and Delta resolve names case-insensitively:
+    it is the same column, stored under the table's spelling, and the run says so."""
+    job = _job()
+    yaml = _pipeline(tmp_path, "spelling", fmt=fmt)
+    days = {"2026-01-01": (["product_id", "Name"], [["1", "a"], ["2", "b"]]),
+            "2026-01-02": (["Product_ID", "name"], [["1", "a"], ["2", "c"], ["3", "d"]])}
+    for day, (header, rows) in days.items():
+        if fmt == "csv":
+            with open(tmp_path / "snaps" / f"{day}.csv", "w", newline="", encoding="utf-8") as fh:
+                csv.writer(fh).writerows([header, *rows])
+        else:
+            pq.write_table(pa.table({header[0]: pa.array([int(r[0]) for r in rows], pa.int64()),
+                                     header[1]: [r[1] for r in rows]}),
+                           tmp_path / "snaps" / f"{day}.parquet")
+        assert job.main(["--pipeline", str(yaml), "--date", day]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "column 'name' is the table's 'Name'" in out, out
+    rows = DeltaTable(str(load_pipeline(yaml).table)).to_pyarrow_table().to_pylist()
+    assert {r["product_id"]: (r["Name"], str(r["_snapshot_date"])) for r in rows} == {
+        1: ("a", "2026-01-01"), 2: ("c", "2026-01-02"), 3: ("d", "2026-01-02")}, rows
+    assert set(rows[0]) == {"product_id", "Name", "_snapshot_date"}, rows

@@ -77,6 +77,35 @@ def fits(s: str, t: str) -> bool:
 _FIRST_MICROS, _LAST_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
 
 
+def beyond_micros(c: Column) -> Column:
+    """True for timestamp text with a non-zero fraction digit past the 6th
+    (``10:00:00.1234567``, ``10:00:00.0000009``): Spark's cast keeps 6 digits and drops the rest
+    silently; ``10:00:00.1234560`` is exact."""
+    return F.regexp_extract(c, r":[0-9]{1,2}\.[0-9]{6}([0-9]+)", 1).rlike("[1-9]")
+
+
+def _far(conv: Column, t: str) -> Column:
+    """True for a converted ``timestamp`` / ``timestamp_ntz`` / ``date`` outside years 1-9999
+    (UTC): text with an offset can leave the range ("9999-12-31T23:30:00-01:00" is the year
+    10000), and no reader of the table loads such a value."""
+    if t == "timestamp":
+        return ~F.unix_micros(conv).between(F.lit(_FIRST_MICROS), F.lit(_LAST_MICROS))
+    return ~F.year(conv).between(F.lit(1), F.lit(9999))
+
+
+def reasons(c: Column, s: str, t: str) -> dict[str, Column]:
+    """Named kinds of :func:`misfit` for the message (``{"outside years 1-9999 (UTC)": ...}``);
+    each is True only for a value :func:`misfit` refuses. Empty when there is no named kind."""
+    if s != "string" or t not in ("timestamp", "timestamp_ntz", "date"):
+        return {}
+    conv = c.try_cast(t)
+    out = {"outside years 1-9999 (UTC)": conv.isNotNull() & F.coalesce(_far(conv, t), F.lit(False))}
+    if t != "date":
+        out["with a non-zero digit beyond microseconds (a timestamp holds 6 fraction digits; "
+            "Spark would drop the rest)"] = c.isNotNull() & beyond_micros(c)
+    return out
+
+
 def misfit(c: Column, s: str, t: str) -> Column:
     """True for a present value of type ``s`` that type ``t`` cannot hold exactly (not
     convertible, out of range, rounded or truncated)."""
@@ -93,11 +122,11 @@ def misfit(c: Column, s: str, t: str) -> Column:
             digits = F.regexp_extract(F.trim(c), r"^[+-]?[0-9]*\.([0-9]*?)0*$", 1)
             exp = F.lower(c).contains("e") & (conv.try_cast("double") != c.try_cast("double"))
             same = same & (F.length(digits) <= scale) & ~F.coalesce(exp, F.lit(False))
-    elif s == "string" and t == "timestamp":  # text with an offset can leave years 1-9999 in
-        # UTC ("9999-12-31T23:30:00-01:00": the year 10000, which no reader of the table loads)
-        same = F.unix_micros(conv).between(F.lit(_FIRST_MICROS), F.lit(_LAST_MICROS))
+    elif s == "string" and t in ("timestamp", "timestamp_ntz"):  # in years 1-9999 and no
+        # digit past microseconds ("...00.0000009" was stored as "...00", exit 0; tester)
+        same = ~_far(conv, t) & ~beyond_micros(c)
     elif s == "string" and t == "date":
-        same = F.year(conv).between(F.lit(1), F.lit(9999))
+        same = ~_far(conv, t)
     elif s == "string":
         same = F.lit(True)  # booleans from text: convertible is exact enough
     else:
@@ -120,27 +149,45 @@ def out_of_range(c: Column, t: str) -> Column | None:
 def conform(df: DataFrame, targets: dict[str, str], *, where: str, against: str, fix: str) -> DataFrame:
     """Cast ``df``'s columns to ``targets`` (column -> type) after checking that every value
     converts exactly; raises :class:`SnapshotInvalid` naming each column that does not, with up
-    to 5 example values (one Spark job for the check, one more per bad column for examples)."""
+    to 5 example values per kind of problem (:func:`reasons`; one Spark job for the check, one
+    more per problem found for its examples)."""
     src = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     checks = {c: t for c, t in targets.items() if c in src and not fits(src[c], t)}
     if checks:
-        bad = {c: misfit(F.col(quote(c)), src[c], t) for c, t in checks.items()}
-        row = df.agg(*[F.count_if(b).alias(f"n{i}") for i, b in enumerate(bad.values())]).first()
-        counts = {c: int(row[f"n{i}"] or 0) for i, c in enumerate(bad)}  # type: ignore[index]
+        kinds = {c: _kinds(F.col(quote(c)), src[c], t) for c, t in checks.items()}
+        flat = [(c, why, bad) for c, ks in kinds.items() for why, bad in ks.items()]
+        row = df.agg(*[F.count_if(b).alias(f"n{i}") for i, (_, _, b) in enumerate(flat)]).first()
         problems = []
-        for c, n in counts.items():
+        for i, (c, why, bad) in enumerate(flat):
+            n = int(row[f"n{i}"] or 0)  # type: ignore[index]
             if not n:
                 continue
-            ex = [r[0] for r in df.where(bad[c]).select(F.col(quote(c)).cast("string"))
+            ex = [r[0] for r in df.where(bad).select(F.col(quote(c)).cast("string"))
                   .distinct().limit(_EXAMPLES).collect()]
-            problems.append(f"column {c!r}: {n} value(s) that {against} type {checks[c]} cannot "
-                            f"hold exactly (the snapshot's values are {src[c]}), e.g. {ex}")
+            what = why or (f"that {against} type {checks[c]} cannot hold exactly (the snapshot's "
+                           f"values are {src[c]})")
+            if why:
+                what += f" for {against} type {checks[c]}"
+            problems.append(f"column {c!r}: {n} value(s) {what}, e.g. {ex}")
         if problems:
             raise SnapshotInvalid(
                 f"{where}: " + "; ".join(problems) + ". Stored they would be changed (rounded, "
                 f"truncated or lost), so nothing was written. {fix}")
     return df.select(*[F.col(quote(c)).cast(targets[c]).alias(c) if c in targets
                        and src[c] != targets[c] else F.col(quote(c)) for c in df.columns])
+
+
+def _kinds(c: Column, s: str, t: str) -> dict[str, Column]:
+    """The values of ``c`` that ``t`` cannot hold, split by :func:`reasons` (key ``""``: any
+    other misfit); every misfit value is in exactly one kind."""
+    kinds: dict[str, Column] = {}
+    claimed = F.lit(False)
+    for why, bad in reasons(c, s, t).items():  # the first kind that applies claims the value
+        bad = F.coalesce(bad, F.lit(False))
+        kinds[why] = bad & ~claimed
+        claimed = claimed | bad
+    kinds[""] = misfit(c, s, t) & ~claimed
+    return kinds
 
 
 @dataclass
