@@ -785,3 +785,37 @@ def test_column_renamed_only_in_case_is_the_same_column(spark, tmp_path, capsys,
     assert {r["product_id"]: (r["Name"], str(r["_snapshot_date"])) for r in rows} == {
         1: ("a", "2026-01-01"), 2: ("c", "2026-01-02"), 3: ("d", "2026-01-02")}, rows
     assert set(rows[0]) == {"product_id", "Name", "_snapshot_date"}, rows
+
+
+@pytest.mark.parametrize("scd", [1, 2])
+def test_a_snapshot_deleting_more_than_max_deleted_fraction_is_refused(spark, tmp_path, scd):
+    """Tester, 2026-11-29: a header-only (or cut-off) export deletes every row it lacks, exit 0.
+    With ``snapshots.max_deleted_fraction`` such a snapshot is an invalid snapshot (exit 3)
+    naming the counts, nothing written; deletes within the limit are applied."""
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    yaml = tmp_path / "dim.yaml"
+    yaml.write_text("kind: dimension\npipeline: guard\nsnapshots: {path: snaps, format: csv, "
+                    "max_deleted_fraction: 0.5}\nkeys: [product_id]\n"
+                    f"scd: {scd}\ntable: lake/guard\nengine: {{name: deltalake}}\n", encoding="utf-8")
+    cfg = load_pipeline(yaml)
+    day = [DAY0 + timedelta(days=i) for i in range(3)]
+    _write_snapshot(tmp_path / "snaps", "csv", day[0], {k: {"category": f"c{k}"} for k in (1, 2, 3, 4)})
+    _write_snapshot(tmp_path / "snaps", "csv", day[1], {1: {"category": "c1"}})  # 3 of 4 gone
+    _write_snapshot(tmp_path / "snaps", "csv", day[2], {k: {"category": f"c{k}"} for k in (1, 2, 3)})
+    assert run_refresh(cfg, date=day[0].isoformat(), spark=spark, run_id="d0")["status"] == "succeeded"
+    version = DeltaTable(str(cfg.table)).version()
+    with pytest.raises(SnapshotInvalid) as e:
+        run_refresh(cfg, date=day[1].isoformat(), spark=spark, run_id="d1")
+    assert "would delete 3 of the table's 4 current row(s) (75.0%)" in str(e.value), str(e.value)
+    assert "max_deleted_fraction 0.5" in str(e.value), str(e.value)
+    assert DeltaTable(str(cfg.table)).version() == version, "nothing written"
+    s = run_refresh(cfg, date=day[2].isoformat(), spark=spark, run_id="d2")  # 1 of 4: within
+    assert (s["status"], s["deleted"]) == ("succeeded", 1), s
+    current = [r for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()
+               if r.get("_is_current", True)]
+    assert sorted(r["product_id"] for r in current) == [1, 2, 3]
+
+    yaml.write_text(yaml.read_text(encoding="utf-8").replace("0.5", "1.5"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="snapshots.max_deleted_fraction"):
+        load_pipeline(yaml)

@@ -48,6 +48,9 @@ class SnapshotSource:
     pattern: str
     header: bool = True
     delimiter: str = ","
+    # refuse a snapshot that would delete (SCD2: close without a new version) more than this
+    # fraction of the table's current rows: a truncated export would otherwise empty the table
+    max_deleted_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ def _schedule(r: Reader) -> Schedule:
 
 def _snapshots(r: Reader) -> SnapshotSource:
     s = r.section("snapshots", required=True)
-    s.check_known({"path", "format", "pattern", "header", "delimiter"})
+    s.check_known({"path", "format", "pattern", "header", "delimiter", "max_deleted_fraction"})
     fmt = s.choice("format", SNAPSHOT_FORMATS, default="csv")
     pattern = s.str("pattern", default="{date}." + fmt) or ""
     if "{date}" not in pattern or pattern.replace("{date}", "").count("{") or "/" in pattern:
@@ -158,8 +161,16 @@ def _snapshots(r: Reader) -> SnapshotSource:
     delimiter = s.str("delimiter", default=",") or ","
     if len(delimiter) != 1:
         raise s.fail("delimiter", f"expected one character, got {delimiter!r}")
+    frac = s.raw.get("max_deleted_fraction")
+    if isinstance(frac, str) and re.fullmatch(r"\s*(0|0?\.\d+|1(\.0*)?)\s*", frac):
+        frac = float(frac)  # ${MAX_DELETED:-0.2} expands to text
+    if frac is not None and (isinstance(frac, bool) or not isinstance(frac, (int, float))
+                             or not 0 <= frac <= 1):
+        raise s.fail("max_deleted_fraction", "expected a number from 0 to 1, e.g. 0.2 (a snapshot "
+                     f"deleting more than that share of the current rows is refused), got {frac!r}")
     return SnapshotSource(path=s.folder("path", required=True), format=fmt,  # type: ignore[arg-type]
-                          pattern=pattern, header=s.bool("header", default=True), delimiter=delimiter)
+                          pattern=pattern, header=s.bool("header", default=True), delimiter=delimiter,
+                          max_deleted_fraction=None if frac is None else float(frac))
 
 
 def _schema(r: Reader, keys: tuple[str, ...], scd: int) -> dict[str, str] | None:

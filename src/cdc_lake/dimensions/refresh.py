@@ -232,6 +232,22 @@ def _refresh(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, 
     record_summary(cfg.runs_path, cfg.name, summary)
 
 
+def _check_deletes(cfg: DimensionPipelineConfig, counts: dict[str, int], where: str) -> None:
+    """``snapshots.max_deleted_fraction``: refuse a snapshot that would delete more than that
+    share of the table's current rows (a header-only or cut-off export deletes every row it
+    lacks, exit 0: tester)."""
+    limit = cfg.snapshots.max_deleted_fraction
+    current = counts["updated"] + counts["deleted"] + counts["unchanged"]
+    if limit is None or not current or counts["deleted"] / current <= limit:
+        return
+    raise SnapshotInvalid(
+        f"{where}: the snapshot would delete {counts['deleted']} of the table's {current} current "
+        f"row(s) ({100.0 * counts['deleted'] / current:.1f}%), more than "
+        f"snapshots.max_deleted_fraction {limit:g} of {cfg.file} allows; nothing was written. A "
+        "cut-off or partial export? Land the complete file and re-run this date; if the rows "
+        "are really gone, raise the limit for this run")
+
+
 def _apply(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, date: str,
            run_id: str, summary: dict[str, Any]) -> None:
     path, where = str(cfg.table), str(cfg.snapshot_file(date))
@@ -251,6 +267,7 @@ def _apply(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, da
     build = scd1_changes if cfg.scd == 1 else scd2_changes
     changes = build(snap, table, cfg.keys, date, where)
     try:
+        _check_deletes(cfg, changes.counts, where)
         summary.update(changes.counts)
         txn = Txn(cfg.app_id, date_version(date))
         if not engine.exists(path):  # an empty first snapshot still makes the table
