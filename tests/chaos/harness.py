@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -95,6 +96,19 @@ def _skipped(stdout: str) -> int:
     return sum(t.get("skipped_batches", 0) for t in (s.get("tables") or {}).values())
 
 
+def _uncommitted_write(lake: Path, table: str) -> bool:
+    """Whether ``table`` holds a write (its Delta transaction) of a batch the checkpoint has not
+    committed: what a replay must skip by transaction id."""
+    commits = [int(p.name) for p in lake.glob("_checkpoints/*/commits/*") if p.name.isdigit()]
+    last = max(commits, default=-1)
+    for f in (lake / table / "_delta_log").glob("*.json"):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            txn = json.loads(line).get("txn") if line.strip() else None
+            if txn and int(txn.get("version", -1)) > last:
+                return True
+    return False
+
+
 def _choose_kill(rng: random.Random, est_run_s: float, after_write: bool) -> Kill:
     mode = rng.choice(AFTER_WRITE_MODES if after_write else KILL_MODES)
     if mode == "named":
@@ -149,7 +163,10 @@ def run_chaos(kills: int, seed: int, workdir: Path, *, max_seconds: float | None
                 if out.killed:
                     fig.kills += 1
                     fig.kills_by_mode[kill.mode if kill.mode != "named" else kill.point] += 1
-                    fig.kills_after_table_commit += kill.point in AFTER_TABLE_POINTS
+                    # a MERGE committed for the batch the kill cut short (the crash point also
+                    # fires after a table the batch had nothing for: no write to skip then)
+                    fig.kills_after_table_commit += kill.point in AFTER_TABLE_POINTS and \
+                        _uncommitted_write(lake, kill.point.split(":", 1)[1])
                 elif out.returncode != 0:
                     fig.fail(f"{wl.label}: run with {kill} exited {out.returncode}; "
                                         f"history {history}\n{out.tail()}", out.stderr)
