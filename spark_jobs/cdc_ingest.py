@@ -102,8 +102,12 @@ def _human(s: dict) -> list[str]:
              f"{s['ddl_events']} DDL, engine {s['engine']}, {s['duration_s']} s, "
              f"status {s['status']}"]
     if s.get("quarantined") and s.get("full_refresh"):
+        new = int(s.get("newly_quarantined") or 0)
         lines.append(f"[cdc]   LEFT OUT {s['quarantined']} of {s['events_read']} events (in the "
-                     "quarantine table from the runs that first read them)")
+                     "quarantine table" + (f"; {new} of them added by this refresh: lines the "
+                                           "runs that first read them stored, which the YAML "
+                                           "now rejects; the others" if new else "") +
+                     " from the runs that first read them)")
     elif s.get("quarantined"):
         lines.append(f"[cdc]   QUARANTINED {s['quarantined']} of {s['events_read']} events "
                      f"(see the quarantine table; run_id = {s['run_id']})")

@@ -203,3 +203,55 @@ def test_column_selection_ignore_tables_or_format_changed_on_a_running_pipeline_
     r = run_cli(spark, cfg.file, run_id="r5")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "source.format" in r.stderr and "'maxwell' -> 'debezium'" in r.stderr, r.stderr
+
+
+def test_a_narrowing_pin_rebuilt_quarantines_what_it_cannot_hold(spark, tmp_path):
+    """Tester, 2026-11-29: after a pin was narrowed back (``decimal(12,4)`` -> ``decimal(10,2)``)
+    the full refresh the stop names dropped the row whose value no longer fits (the other went
+    back to an older image), exit 0, and said the left-out lines were "in the quarantine table
+    from the runs that first read them" although those runs had stored them. The rebuild now adds
+    such lines to the quarantine (by their natural key: lines already there add nothing)."""
+    from deltalake import DeltaTable
+
+    cfg = pipeline(tmp_path)
+    _yaml(cfg.file, "  orders: {keys: [id], types: {amt: 'decimal(12,4)'}}\n  customers: {keys: [id]}\n")
+    land(cfg.landing_path, "a.json", event(1, amt=1.25), event(2, amt=5.1234), event(3, amt="x"))
+    assert run_cli(spark, cfg.file, run_id="r1").returncode == 0  # id 3 quarantined
+    _yaml(cfg.file, "  orders: {keys: [id], types: {amt: 'decimal(10,2)'}}\n  customers: {keys: [id]}\n")
+    r = run_cli(spark, cfg.file, run_id="r2")
+    assert r.returncode == 2 and "quarantines the stored values it cannot hold" in r.stderr, r.stderr
+    r = run_cli(spark, cfg.file, "--full-refresh", "--tables", "orders", run_id="refresh")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "LEFT OUT 2 of 3 events (in the quarantine table; 1 of them added by this refresh" \
+        in r.stdout, r.stdout
+    q = DeltaTable(str(load_pipeline(cfg.file).quarantine_path)).to_pyarrow_table().to_pylist()
+    assert sorted('"id": 2' in x["raw_line"] or '"id": 3' in x["raw_line"] for x in q) == [True, True]
+    assert len(q) == 2, q
+    orders = load_pipeline(cfg.file).tables["orders"].path
+    got = {x["id"]: x["amt"] for x in DeltaTable(str(orders)).to_pyarrow_table().to_pylist()}
+    assert list(got) == [1], got
+    r = run_cli(spark, cfg.file, "--full-refresh", "--tables", "orders", run_id="refresh2")
+    assert r.returncode == 0 and "added by this refresh" not in r.stdout, r.stdout
+    assert DeltaTable(str(load_pipeline(cfg.file).quarantine_path)).to_pyarrow_table().num_rows == 2
+
+
+def test_a_table_taken_out_of_the_yaml_and_listed_again_stops(spark, tmp_path):
+    """Tester, 2026-11-29: a table removed from ``tables:`` had its events quarantined as an
+    unknown table; listed again (same keys) it resumed without them, exit 0."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1), event(9, "customers"))
+    assert run_cli(spark, cfg.file, run_id="r1").returncode == 0
+    _yaml(cfg.file, "  orders: {keys: [id]}\n")
+    land(cfg.landing_path, "b.json", event(2), event(10, "customers"))
+    assert run_cli(spark, cfg.file, run_id="r2").returncode == 0  # customers: quarantined
+    _yaml(cfg.file, "  orders: {keys: [id]}\n  customers: {keys: [id]}\n")
+    land(cfg.landing_path, "c.json", event(11, "customers"))
+    r = run_cli(spark, cfg.file, run_id="r3")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert ("tables.customers is listed again after it left the YAML, but 1 earlier event(s) of "
+            "its source shop.customers are in the quarantine as an unknown table") in r.stderr, r.stderr
+    assert "--full-refresh --tables customers" in r.stderr, r.stderr
+    run_pipeline(load_pipeline(cfg.file), spark=spark, run_id="refresh", tables=["customers"],
+                 full_refresh=True)
+    assert run_cli(spark, cfg.file, run_id="r4").returncode == 0
+    assert rows(load_pipeline(cfg.file).tables["customers"].path) == {9: "s9", 10: "s10", 11: "s11"}

@@ -51,6 +51,7 @@ class RunStats:
     events: int = 0
     rows: int = 0
     quarantined: int = 0
+    newly_quarantined: int = 0  # a full refresh: left-out lines the quarantine did not hold yet
     ddl_events: int = 0
     skipped_lines: int = 0
     ignored: int = 0
@@ -299,9 +300,13 @@ class BatchWriter:
         frames: dict[str, DataFrame] = {}
         if self.targets.write_side_tables:
             frames.update(self._side_frames(ev, rejected_parts, seen.ddl, batch_id, txn))
-        elif rejected_parts:  # a full refresh: the quarantine already holds these lines (the
-            # runs that first read them wrote it); count what the rebuild leaves out all the same
+        elif rejected_parts:  # a full refresh: count what the rebuild leaves out; the quarantine
+            # holds most of it from the runs that first read it, but not a line those runs stored
+            # that a changed `types` pin or selection now rejects (tester: left out, its row back
+            # to an older image, exit 0, "in the quarantine" said but not there): appended by
+            # its natural key, so the lines already there add nothing
             frames[LEFT_OUT] = _union(rejected_parts).select("source_table")
+            frames.update(self._side_frames(ev, rejected_parts, 0, batch_id, txn))
         for plan, changes, existing in work:
             for part, df in self._table_frames(plan, changes, txn, existing).items():
                 frames[f"{part}:{plan.name}"] = df
@@ -317,6 +322,12 @@ class BatchWriter:
         if self.targets.write_side_tables:
             self._write_side_tables(sources, txn)
             phases.mark("quarantine+ddl")
+        elif "side:quarantine" in sources:
+            rows = side.stamp(sources["side:quarantine"], {
+                "batch_id": txn.version, "quarantined_at": datetime.now(timezone.utc)})
+            q = self._side_append(str(self.cfg.quarantine_path), rows, side.QUARANTINE, txn)
+            self.stats.newly_quarantined += int(q.metrics.get("num_added_rows", 0))
+            self.stats.quarantine_version = q.version
         _crash_point("after_side_tables")
         for plan, _, _ in work:
             result = self._write_table(plan, {part: sources[f"{part}:{plan.name}"]

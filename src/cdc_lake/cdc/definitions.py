@@ -162,7 +162,8 @@ def _pin_changes(name: str, t: TableConfig, stored: dict[str, str]) -> list[str]
             out.append(f"tables.{name}.types.{col}: {pin!r}, but the table stores the column as "
                        f"{have!r}, and {pin} is no lossless widening of it: values would be "
                        f"checked against {pin} and stored cast to {have} (rounded, truncated, or "
-                       "failing the run)")
+                       f"failing the run); a full refresh builds the column as {pin} and "
+                       "quarantines the stored values it cannot hold")
     return out
 
 
@@ -202,8 +203,11 @@ def check_definitions(cfg: PipelineConfig) -> None:
     by_source = {d.get("source"): n for n, d in recorded.items()}
     for name, t in cfg.tables.items():
         now, was = definition(t), recorded.get(name)
-        if was is None:
-            other = by_source.get(now["source"])
+        # a table taken out of the YAML and listed again: its events in between were quarantined
+        # as an unknown table (tester: it resumed without them, exit 0)
+        relisted = was is not None and was.get("listed") is False
+        if was is None or relisted:
+            other = by_source.get(now["source"]) if was is None else None
             if other is not None and other not in cfg.tables and not is_table(t.path):
                 problems.append((name, f"tables.{name} reads source {now['source']}, which this "
                                        f"checkpoint's runs wrote to table {other!r} (no longer in the YAML: "
@@ -213,10 +217,12 @@ def check_definitions(cfg: PipelineConfig) -> None:
                                        f"the events of its source {now['source']} (ignore_tables: "
                                        f"{ig!r}); {name} would hold only the changes from now on"))
             elif (n := _quarantined_unknown(cfg, t)) > 0:
-                problems.append((name, f"tables.{name} is newly listed, but {n} earlier event(s) of "
+                again = "listed again after it left the YAML" if relisted else "newly listed"
+                problems.append((name, f"tables.{name} is {again}, but {n} earlier event(s) of "
                                        f"its source {now['source']} are in the quarantine as an "
-                                       f"unknown table; {name} would hold only the changes from now on"))
-            continue
+                                       f"unknown table; {name} would lack them"))
+            if was is None:
+                continue
         if not is_table(t.path):
             continue  # never written: nothing built under the old definition
         changed = [f"tables.{name}.{f}: {was.get(f)!r} -> {now[f]!r}" for f in FIELDS if was.get(f) != now[f]]
@@ -246,7 +252,10 @@ def record_definitions(cfg: PipelineConfig, rebuilt: frozenset[str] | set[str] =
     out = dict(recorded)
     for name, t in cfg.tables.items():
         if checked or name in rebuilt:
-            out[name] = definition(t)
+            out[name] = {**definition(t), "listed": True}
+    for name, d in recorded.items():  # left the YAML: if listed again, checked like a new table
+        if checked and name not in cfg.tables:
+            out[name] = {**d, "listed": False}
     pipe = record["pipeline"]
     if checked or set(cfg.tables) <= set(rebuilt):
         pipe = pipeline_definition(cfg)

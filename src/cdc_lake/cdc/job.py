@@ -318,6 +318,9 @@ def _summary(cfg: PipelineConfig, engine: Engine, run_id: str, started_at: datet
         "events_read": stats.events,
         "row_changes": stats.rows,
         "quarantined": stats.quarantined, "ddl_events": stats.ddl_events,
+        # a full refresh: "quarantined" counts the lines it left out, this those of them it
+        # added to the quarantine (the others are there from the runs that first read them)
+        **({"newly_quarantined": stats.newly_quarantined} if full_refresh else {}),
         "skipped_lines": stats.skipped_lines, "ignored": stats.ignored,
         "tables": tables,
         "quarantine_version": stats.quarantine_version if stats.quarantine_version is not None
