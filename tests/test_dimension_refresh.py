@@ -604,28 +604,31 @@ def _pipeline(tmp: Path, name: str, fmt: str = "csv", schema: str = "") -> Path:
     return f
 
 
-def _rfc4180(rows: list[list[str | None]]) -> str:
+def _rfc4180(rows: list[list[str | None]], eol: str = "\r\n") -> str:
     """CSV text by RFC 4180, written here by hand: every text quoted (a quote inside doubled),
-    None an unquoted empty field."""
+    None an unquoted empty field; records end with ``eol``."""
     def field(v: str | None) -> str:
         return "" if v is None else '"' + v.replace('"', '""') + '"'
 
-    return "".join(",".join(field(v) for v in r) + "\r\n" for r in rows)
+    return "".join(",".join(field(v) for v in r) + eol for r in rows)
 
 
-@pytest.mark.parametrize("declared", [False, True])
-def test_csv_quotes_are_read_as_rfc_4180_and_a_quoted_empty_field_is_empty_text(spark, tmp_path, declared):
+@pytest.mark.parametrize("declared,eol", [(False, "\r\n"), (True, "\r\n"), (False, "\n")])
+def test_csv_quotes_are_read_as_rfc_4180_and_a_quoted_empty_field_is_empty_text(spark, tmp_path,
+                                                                                 declared, eol):
     '''Tester: a quoted field holding say ""hi"" (two quotes for one) was stored with the
     enclosing and doubled quotes kept (Spark's escape is a backslash), and a quoted empty field as
     NULL. Truth: Python's csv module reads the same file; an unquoted empty field is NULL, a
     quoted one the empty string (text columns), and in a number column a quoted empty field is
-    NULL too (there is no empty number).'''
+    NULL too (there is no empty number). A line break inside a quoted value is kept as written:
+    CRLF in a CRLF file was stored as LF (tester, 2026-11-29).'''
     from cdc_lake.dimensions.refresh import run_refresh
 
     values = {1: ['say "hi"', "", "7"], 2: ["a,b", None, ""], 3: ['"', '""', None],
-              4: ["two\nlines", " padded ", "8"], 5: ["back\\slash \\", "x", "9"]}
+              4: ["two\nlines", " padded ", "8"], 5: ["back\\slash \\", "x", "9"],
+              6: ["crlf\r\ninside", "a\r\n\r\nb", "10"]}
     header = ["product_id", "note", "extra", "qty"]
-    text = _rfc4180([header] + [[str(k), *v] for k, v in values.items()])
+    text = _rfc4180([header] + [[str(k), *v] for k, v in values.items()], eol)
     yaml = _pipeline(tmp_path, "quotes", schema="schema: {product_id: bigint, note: string, "
                      "extra: string, qty: int}\n" if declared else "")
     f = tmp_path / "snaps" / "2026-01-01.csv"

@@ -102,17 +102,34 @@ def _declared(cfg: DimensionPipelineConfig, spellings: list[str]) -> dict[str, s
 _NO_NULL_TEXT = "\u0000cdc-lake:no-null-text\u0000"
 
 
-def _csv_reader(spark: SparkSession, cfg: DimensionPipelineConfig):  # type: ignore[no-untyped-def]
+def _csv_reader(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path):  # type: ignore[no-untyped-def]
     """Spark's CSV reader as RFC 4180 (Python's csv module, Excel, pandas) reads: two quotes
     inside a quoted field are one quote (with Spark's default escape, a backslash, a quoted
     field holding say ""hi"" was stored as written, enclosing and doubled quotes kept, exit 0;
     tester); an unquoted empty field is NULL, a quoted empty one the empty string; multiLine:
     a quoted value may hold a line break (valid CSV; it failed with
-    malformedCSVRecordError, exit 1; tester)."""
+    malformedCSVRecordError, exit 1; tester); the file's own line separator: with Spark's
+    detection a CRLF inside a quoted value of a CRLF file was stored as LF (tester)."""
     s = cfg.snapshots
-    return (spark.read.option("header", str(s.header).lower()).option("sep", s.delimiter)
-            .option("quote", '"').option("escape", '"').option("nullValue", _NO_NULL_TEXT)
-            .option("emptyValue", "").option("mode", "FAILFAST").option("multiLine", "true"))
+    reader = (spark.read.option("header", str(s.header).lower()).option("sep", s.delimiter)
+              .option("quote", '"').option("escape", '"').option("nullValue", _NO_NULL_TEXT)
+              .option("emptyValue", "").option("mode", "FAILFAST").option("multiLine", "true"))
+    sep = _line_separator(f)
+    return reader if sep is None else reader.option("lineSep", sep)
+
+
+def _line_separator(f: Path) -> str | None:
+    """CRLF when the file's first line ends with one, LF when with a bare LF; None (Spark's own
+    detection) for a file without any LF in its first 64 KiB."""
+    import gzip
+
+    opener = gzip.open if f.name.endswith(".gz") else open
+    with opener(f, "rb") as fh:
+        head = fh.read(1 << 16)
+    i = head.find(b"\n")
+    if i < 0:
+        return None
+    return "\r\n" if i > 0 and head[i - 1:i] == b"\r" else "\n"
 
 
 def _read_csv(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path, stored: StructType | None,
@@ -130,8 +147,8 @@ def _read_csv(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path, stored
         targets = _declared(cfg, spellings)
         return conform(_blank_is_null(text, targets), targets, where=where,
                        against="the declared (`schema:`)", fix=fix)
-    inferred = _csv_reader(spark, cfg).option("inferSchema", "true").csv(str(f)).schema
-    text = _csv_reader(spark, cfg).schema(_as_text(inferred.names)).csv(str(f))
+    inferred = _csv_reader(spark, cfg, f).option("inferSchema", "true").csv(str(f)).schema
+    text = _csv_reader(spark, cfg, f).schema(_as_text(inferred.names)).csv(str(f))
     text = _spell_as_table(text, spellings, where)
     keep = {x.name.lower() for x in (stored.fields if stored else []) if x.dataType == StringType()}
     targets = {c: "string" if c.lower() in keep else x.dataType.simpleString()
@@ -145,10 +162,10 @@ def _declared_text(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path) -
     columns ignored), or without a header by position."""
     assert cfg.schema
     if not cfg.snapshots.header:
-        return _csv_reader(spark, cfg).schema(_as_text(list(cfg.schema))).csv(str(f))
+        return _csv_reader(spark, cfg, f).schema(_as_text(list(cfg.schema))).csv(str(f))
     # by name: a schema given to Spark's CSV reader is applied by position and the header
     # ignored (an export with two columns swapped was stored swapped, exit 0)
-    text = _csv_reader(spark, cfg).csv(str(f))  # every column a string, named by the header
+    text = _csv_reader(spark, cfg, f).csv(str(f))  # every column a string, named by the header
     have = {c.lower(): c for c in text.columns}
     missing = [c for c in cfg.schema if c.lower() not in have]
     if missing:
