@@ -323,11 +323,7 @@ class BatchWriter:
             self._write_side_tables(sources, txn)
             phases.mark("quarantine+ddl")
         elif "side:quarantine" in sources:
-            rows = side.stamp(sources["side:quarantine"], {
-                "batch_id": txn.version, "quarantined_at": datetime.now(timezone.utc)})
-            q = self._side_append(str(self.cfg.quarantine_path), rows, side.QUARANTINE, txn)
-            self.stats.newly_quarantined += int(q.metrics.get("num_added_rows", 0))
-            self.stats.quarantine_version = q.version
+            self.stats.newly_quarantined += self._append_quarantine(sources["side:quarantine"], txn)
         _crash_point("after_side_tables")
         for plan, _, _ in work:
             result = self._write_table(plan, {part: sources[f"{part}:{plan.name}"]
@@ -370,15 +366,18 @@ class BatchWriter:
     def _write_side_tables(self, sources: dict[str, Source], txn: Txn) -> None:
         """Quarantine + DDL log: fixed schemas, created up front; appends idempotent by key."""
         if "side:quarantine" in sources:
-            rows = side.stamp(sources["side:quarantine"], {
-                "batch_id": txn.version, "quarantined_at": datetime.now(timezone.utc)})
-            q = self._side_append(str(self.cfg.quarantine_path), rows, side.QUARANTINE, txn)
-            self.stats.quarantined += int(q.metrics.get("num_added_rows", 0))
-            self.stats.quarantine_version = q.version
+            self.stats.quarantined += self._append_quarantine(sources["side:quarantine"], txn)
         if "side:ddl" in sources:
             d = self._side_append(str(self.cfg.ddl_log_path), sources["side:ddl"], side.DDL_LOG, txn)
             self.stats.ddl_events += int(d.metrics.get("num_added_rows", 0))
             self.stats.ddl_log_version = d.version
+
+    def _append_quarantine(self, rows: Source, txn: Txn) -> int:
+        """Stamp and append the batch's quarantine rows (idempotent by key); the rows added."""
+        rows = side.stamp(rows, {"batch_id": txn.version, "quarantined_at": datetime.now(timezone.utc)})
+        q = self._side_append(str(self.cfg.quarantine_path), rows, side.QUARANTINE, txn)
+        self.stats.quarantine_version = q.version
+        return int(q.metrics.get("num_added_rows", 0))
 
     def _side_append(self, path: str, rows: Source, table: side.SideTable, txn: Txn) -> WriteResult:
         if path not in self._side_ready:
