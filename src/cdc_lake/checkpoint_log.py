@@ -185,16 +185,24 @@ def source_log_entry_files(checkpoint: Path, log_id: int, source: int = 0) -> li
     file ``<log_id>``, else the entries of batchId ``log_id`` in ``<log_id>.compact`` or in the
     first compact file after it (Spark deletes entries a compact file holds). ValueError when
     none holds it or a file is damaged."""
+    return [uri for uri, _ in source_log_entry_times(checkpoint, log_id, source)]
+
+
+def source_log_entry_times(checkpoint: Path, log_id: int,
+                           source: int = 0) -> list[tuple[str, int | None]]:
+    """As :func:`source_log_entry_files`, with each file's modification time (ms) when the
+    source took it (None when the entry has none)."""
     folder = checkpoint / "sources" / str(source)
     plain = folder / str(log_id)
     if plain.is_file():
-        return [uri for uri, _ in read_source_log_batches(plain)]
+        return read_source_entries(plain)
     compacts = [(n, p) for n, p in source_log_files(checkpoint, source)
                 if p.name.endswith(".compact") and n >= log_id]
     if not compacts:
         raise ValueError(f"{plain}: missing (and no compact file after it holds log id {log_id})")
     _, path = compacts[0]
-    return [uri for uri, b in read_source_log_batches(path) if b == log_id]
+    return [(uri, ts) for uri, b, ts in _source_log_fields(path, "batchId", "timestamp")
+            if b == log_id]
 
 
 def batch_source_files(checkpoint: Path, batch_id: int, source: int = 0) -> list[str] | None:
@@ -202,6 +210,13 @@ def batch_source_files(checkpoint: Path, batch_id: int, source: int = 0) -> list
     batch's start ``logOffset`` up to its end (a batch that took no new file: []). None when
     the batch's offsets are not readable or not a file source's (not a streaming batch of this
     checkpoint); ValueError when a log entry the offsets name is missing or damaged."""
+    entries = batch_source_entries(checkpoint, batch_id, source)
+    return None if entries is None else [uri for uri, _ in entries]
+
+
+def batch_source_entries(checkpoint: Path, batch_id: int,
+                         source: int = 0) -> list[tuple[str, int | None]] | None:
+    """As :func:`batch_source_files`, with each file's modification time (ms) when taken."""
     span = batch_source_offsets(checkpoint, batch_id, source)
     if span is None:
         return None
@@ -214,8 +229,7 @@ def batch_source_files(checkpoint: Path, batch_id: int, source: int = 0) -> list
     lo, hi = log_offset(start), log_offset(end)
     if lo is None or hi is None:
         return None
-    return [uri for k in range(lo + 1, hi + 1)
-            for uri in source_log_entry_files(checkpoint, k, source)]
+    return [e for k in range(lo + 1, hi + 1) for e in source_log_entry_times(checkpoint, k, source)]
 
 
 def read_commit(checkpoint: Path, batch_id: int) -> dict[str, Any]:
@@ -253,15 +267,21 @@ def read_source_entries(path: Path) -> list[tuple[str, int | None]]:
 
 def _source_log(path: Path, field: str) -> list[tuple[str, int | None]]:
     """``(file URI, the entry's integer ``field`` or None)`` of one file-source log file."""
-    out: list[tuple[str, int | None]] = []
+    return [(uri, v) for uri, v in _source_log_fields(path, field)]
+
+
+def _source_log_fields(path: Path, *fields: str) -> list[tuple[Any, ...]]:
+    """``(file URI, each of ``fields`` as an integer or None)`` of one file-source log file."""
+    out: list[tuple[Any, ...]] = []
     for ln in _lines(path):
         if not ln.strip():
             continue
         entry = _json(ln)
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             raise ValueError("not in the file source log format")
-        v = entry.get(field)
-        out.append((entry["path"], v if isinstance(v, int) and not isinstance(v, bool) else None))
+        vals = [entry.get(f) for f in fields]
+        out.append((entry["path"], *(v if isinstance(v, int) and not isinstance(v, bool) else None
+                                     for v in vals)))
     return out
 
 

@@ -37,6 +37,7 @@ from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, l
                                      read_offsets, read_source_entries, read_source_log,
                                      source_log_files)
 from cdc_lake.paths import mv_aside
+from cdc_lake.sources.landing_files import present
 
 __all__ = ["Backlog", "LandedFileChanged", "LandingFileNames", "backlog", "check_landed_files_unchanged",
            "check_landing_names", "nothing_new"]
@@ -300,9 +301,6 @@ def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
         raise LandedFileChanged(changed, str(cfg.landing_path))
 
 
-_CODEC_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst")
-
-
 class LandingHistoryIncomplete(PipelineStateError):
     """A full refresh would rebuild from a landing folder lacking files the stream has taken."""
 
@@ -335,14 +333,7 @@ def check_history_complete(cfg: PipelineConfig) -> None:
         return  # a damaged checkpoint: a full refresh does not need it (its own checks report it)
     # a file compressed in place (`gzip f.json`) is still there for the refresh: Spark reads
     # it by its codec suffix
-    glob = cfg.file_glob
-
-    def there(p: str) -> bool:
-        return os.path.exists(p) or any(
-            os.path.exists(p + ext) and (glob is None or fnmatch.fnmatchcase(
-                os.path.basename(p + ext), glob)) for ext in _CODEC_SUFFIXES)
-
-    gone = [p for p in sorted(taken) if not there(p)]
+    gone = [p for p in sorted(taken) if not present(p, cfg.file_glob)]
     if gone:
         raise LandingHistoryIncomplete(cfg, gone)
 

@@ -29,7 +29,9 @@ from cdc_lake.cdc import side_tables as side
 from cdc_lake.cdc.discovery import (UNKNOWN, observe, plan_table, refuse_non_objects, route,
                                    survey)
 from cdc_lake.cdc.config import PipelineConfig
+from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.engines import Computed, Engine, Source, Txn, WriteResult
+from cdc_lake.sources.landing_files import check_batch_files_present
 
 CRASH_ENV = "CDC_CRASH_AT"  # fault injection for tests: SIGKILL this driver at a named point
 
@@ -128,6 +130,10 @@ class BatchWriter:
         self.selected, self.targets, self.stats = selected, targets, stats
         self._route = route(cfg, selected)
         self._side_ready: set[str] = set()
+        # set by the job for the stream it runs: the batch's files are checked after the survey
+        self.checkpoint: Path | None = None
+        self.rerun = ""
+        self.stop_error: PipelineStateError | None = None  # raised in a batch: the run's error
 
     def _widen(self, plan: ch.TablePlan, existing: StructType | None) -> StructType | None:
         """Widen the table's columns (and a widened key in its tombstones); the new schema."""
@@ -255,6 +261,13 @@ class BatchWriter:
             ev = refuse_non_objects(ev, seen.non_object_tables).persist()
             self._cached.append(ev)
             seen = survey(ev, self.selected)
+        if self.checkpoint is not None:  # the survey read every file: were they all there?
+            try:
+                check_batch_files_present(self.checkpoint, batch_id, pipeline=self.cfg.name,
+                                          glob=self.cfg.file_glob, rerun=self.rerun)
+            except PipelineStateError as e:
+                self.stop_error = e
+                raise
         present = seen.present
         self.stats.events += seen.events
         self.stats.rows += seen.row_events

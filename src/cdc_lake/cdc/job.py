@@ -16,6 +16,7 @@ which changes nothing because every write is ordered by binlog sequence.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -234,6 +235,10 @@ def _fast_path_engine(cfg: PipelineConfig, spark: SparkSession | None) -> Engine
 def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, checkpoint: Path,
                 max_files: int | None) -> list[dict[str, Any]]:
     events = read_events(spark, cfg, max_files)
+    writer.checkpoint = checkpoint
+    writer.rerun = f"spark-submit spark_jobs/cdc_ingest.py --pipeline {shlex.quote(str(cfg.file))}" + (
+        "" if checkpoint == cfg.checkpoint_path else " --full-refresh" + (
+            "" if writer.selected == set(cfg.tables) else f" --tables {','.join(sorted(writer.selected))}"))
     # A micro-batch names its files one by one; above this many paths Spark lists them with a
     # distributed job (one task per file: ~1 s for 40 local files). The landing folder is a
     # local/mounted folder, so list on the driver. The stream clones the session (and its conf)
@@ -244,7 +249,12 @@ def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, c
     try:
         query = _start(events, writer, checkpoint, cfg.trigger,
                        f"cdc_{cfg.name}_{uuid.uuid4().hex[:6]}")
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        except Exception:
+            if writer.stop_error is not None:  # Spark wraps the batch's error in a Java one
+                raise writer.stop_error from None
+            raise
     finally:
         if before is None:
             spark.conf.unset(key)

@@ -1,0 +1,92 @@
+"""Files a file-source micro-batch took: still there once the batch has read them?
+
+Spark's file source plans a micro-batch from its listing of the folder and records the batch's
+files in ``<checkpoint>/sources/0`` before the batch runs. A file moved, renamed or deleted
+between that listing and the read is skipped with a Spark WARN only ("The directory ... was not
+found"), and the batch commits as if it had read it: its events were never applied and the file
+is never offered again (tester: a landing file moved away during a run, exit 0, 30 changes lost
+for good). Both job kinds that read landing files call :func:`check_batch_files_present` after
+the batch's first read and before any write; the batch then fails, uncommitted, and replays
+with the same files once they are back.
+
+Example::
+
+    check_batch_files_present(cfg.checkpoint_path, batch_id, pipeline=cfg.name,
+                              glob=cfg.file_glob, rerun="spark-submit spark_jobs/cdc_ingest.py ...")
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from cdc_lake.checkpoint_log import PipelineStateError, batch_source_entries
+
+__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "check_batch_files_present", "present"]
+
+# Spark reads a file by its codec suffix: `gzip f.json` in place leaves f.json.gz, a new file the
+# stream takes (when the glob lets it), so f.json's lines are not lost.
+CODEC_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst")
+
+
+def present(path: str, glob: str | None) -> bool:
+    """The file is there, or compressed in place under a name the source reads."""
+    return os.path.exists(path) or any(
+        os.path.exists(path + ext) and (glob is None or fnmatch.fnmatchcase(
+            os.path.basename(path + ext), glob)) for ext in CODEC_SUFFIXES)
+
+
+class LandedFileMissing(PipelineStateError):
+    """A file of the running micro-batch was gone when the batch read its files."""
+
+    def __init__(self, pipeline: str, batch_id: int, gone: list[tuple[str, int | None]],
+                 rerun: str) -> None:
+        self.files = [p for p, _ in gone]
+        shown = ", ".join(p for p, _ in gone[:5]) + (
+            f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+
+        def when(ms: int) -> str:
+            return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+        timed = [(p, ms) for p, ms in gone if ms is not None]
+        back = " && ".join(f"touch -m -d @{ms / 1000:.3f} {shlex.quote(p)}" for p, ms in timed)
+        empty = " && ".join(f": > {shlex.quote(p)}" for p, _ in gone) + (f" && {back}" if back else "")
+        times = "; ".join(f"{p} was modified at {when(ms)}" for p, ms in timed[:3])
+        super().__init__(
+            f"pipeline {pipeline!r}: micro-batch {batch_id} took {len(gone)} landing file(s) that "
+            f"were gone when it read them: {shown} (moved, renamed, archived or deleted after "
+            "the run listed the folder). Spark's file source would have recorded them as read "
+            "without reading them and never offered them again, so nothing of this batch was "
+            "written and it was not committed. Recovery: put each file back at that path with "
+            "its content and modification time (`mv` back, or `cp -p`"
+            + (f"; a copy with a new time: `{back}`" if back else "") + f") and run again: "
+            f"`{rerun}`; the batch is read again with them. To go on without a file on purpose "
+            "(its changes will not be in the lake), put an empty file there with its old time: "
+            f"`{empty}`" + (f" ({times})" if times else ""))
+
+
+def check_batch_files_present(checkpoint: Path, batch_id: int, *, pipeline: str,
+                              glob: str | None, rerun: str) -> None:
+    """Raise :class:`LandedFileMissing` when a local file micro-batch ``batch_id`` took (its
+    entries in ``<checkpoint>/sources/0``) is gone now. Call it after the batch's files have
+    been read (its first Spark job over every row) and before it writes: a file there now was
+    there when read. Non-local URIs and a log this module cannot read: no check (the stream
+    itself reads that log and reports it)."""
+    try:
+        entries = batch_source_entries(checkpoint, batch_id)
+    except (OSError, ValueError):
+        return
+    gone: list[tuple[str, int | None]] = []
+    for uri, ms in entries or []:
+        u = urlsplit(uri)
+        if u.scheme not in ("", "file") or u.netloc not in ("", "localhost"):
+            continue
+        path = os.path.normpath(unquote(u.path))
+        if not present(path, glob):
+            gone.append((path, ms))
+    if gone:
+        raise LandedFileMissing(pipeline, batch_id, gone, rerun)

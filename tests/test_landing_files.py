@@ -1,0 +1,59 @@
+"""Landing folders as users fill them: files that vanish mid-run, names Spark takes for glob
+patterns, sub-folders, a ``glob:`` that matches nothing (testers, 2026-11-29)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from job_helpers import event, land, pipeline, rows, run_cli
+
+import cdc_lake.cdc.batch_writer as bw
+from cdc_lake.cdc.backlog import LandingFileNames
+from cdc_lake.cdc.job import run_pipeline
+from cdc_lake.checkpoint_log import last_committed_batch
+from cdc_lake.sources.landing_files import LandedFileMissing
+
+
+def test_a_file_moved_away_after_the_run_listed_it_stops_the_batch_and_comes_back_whole(spark, tmp_path,
+                                                                                           monkeypatch):
+    """Trigger.AvailableNow lists the folder once; with one file per batch, a file moved away
+    while batch 0 runs is skipped by Spark's read of batch 1 with a WARN only, and the batch
+    committed as if read: its changes lost for good (tester: exit 0). Now batch 1 stops
+    uncommitted (exit 3, the file named) and the printed recovery (put it back, run again)
+    gives every row."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "f0.json", event(1), event(2))
+    f1 = land(cfg.landing_path, "f1.json", event(3), event(4, typ="update", status="late"))
+    mtime = os.stat(f1).st_mtime_ns
+    away = tmp_path / "away.json"
+    real_survey = bw.survey
+
+    def survey_moving_f1(ev, selected):  # type: ignore[no-untyped-def]
+        if f1.exists():  # during batch 0: the run has listed both files already
+            shutil.move(f1, away)
+        return real_survey(ev, selected)
+
+    monkeypatch.setattr(bw, "survey", survey_moving_f1)
+    with pytest.raises(LandedFileMissing) as e:
+        run_pipeline(cfg, spark=spark, run_id="r1", max_files_per_trigger=1)
+    monkeypatch.setattr(bw, "survey", real_survey)
+    msg = str(e.value)
+    assert "micro-batch 1" in msg and str(f1) in msg and "touch -m -d @" in msg, msg
+    assert last_committed_batch(cfg.checkpoint_path) == 0  # batch 1 not recorded as read
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
+
+    r = run_cli(spark, cfg.file, "--max-files-per-trigger", "1")  # the next try, file still away: the same stop, exit 3
+    assert r.returncode == 3 and "NEEDS RECOVERY" in r.stderr and str(f1) in r.stderr, r.stderr
+
+    shutil.copy(away, f1)  # put back by a copy with a new time: the printed touch restores it
+    touch = re.search(r"a copy with a new time: `(touch -m -d @[^`]+)`", msg).group(1)
+    subprocess.run(touch, shell=True, check=True)
+    assert abs(os.stat(f1).st_mtime_ns - mtime) < 1_000_000
+    s = run_pipeline(cfg, spark=spark, run_id="r3", max_files_per_trigger=1)
+    assert s["status"] == "succeeded" and s["batch_ids"] == [1], s
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3", 4: "late"}
+    assert run_pipeline(cfg, spark=spark, run_id="r4")["batches"] == 0  # nothing new, no stop
