@@ -57,3 +57,36 @@ def test_a_file_moved_away_after_the_run_listed_it_stops_the_batch_and_comes_bac
     assert s["status"] == "succeeded" and s["batch_ids"] == [1], s
     assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3", 4: "late"}
     assert run_pipeline(cfg, spark=spark, run_id="r4")["batches"] == 0  # nothing new, no stop
+
+
+def test_an_event_file_moved_away_mid_run_stops_the_enrichment_batch_and_comes_back_whole(
+        spark, tmp_path, monkeypatch):
+    """The same for an enrichment's events folder: the batch whose file went away stops
+    uncommitted (no output row of it), and once the file is back every event is enriched."""
+    from test_enrich_late_events import _rows, _setup
+
+    import cdc_lake.enrich.writer as ew
+    from cdc_lake.enrich.job import run_enrich
+
+    cfg, landing = _setup(tmp_path)
+    landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z")])
+    landing.land("b.json", [("e2", 2, "2026-01-02T10:30:00Z")])
+    b, away = landing.dir / "b.json", tmp_path / "b.json"
+    real = ew.fact_rows
+
+    def fact_rows_moving_b(*a, **k):  # type: ignore[no-untyped-def]
+        if b.exists():  # batch 0 (a.json): the run has listed both files
+            shutil.move(b, away)
+        return real(*a, **k)
+
+    monkeypatch.setattr(ew, "fact_rows", fact_rows_moving_b)
+    with pytest.raises(LandedFileMissing) as e:
+        run_enrich(cfg, spark=spark, run_id="r1")
+    monkeypatch.setattr(ew, "fact_rows", real)
+    assert "micro-batch 1" in str(e.value) and str(b) in str(e.value), e.value
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1"}
+
+    shutil.move(away, b)  # put back with its time (mv)
+    s = run_enrich(cfg, spark=spark, run_id="r2")
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2"}, s
+    assert [(r["category"], r["units"]) for r in _rows(tmp_path / "gold/per_cat")] == [("fruit", 3)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_
                                   source_mismatch)
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 from cdc_lake.enrich.table_types import as_types, fit_table
+from cdc_lake.sources.landing_files import LandedFileMissing, check_batch_files_present
 
 @dataclass
 class EnrichStats:
@@ -208,6 +210,13 @@ class EnrichBatch:
         fated = pd.with_fate(joined, plan.started_at, cfg.late_wait).persist()
         cached.append(fated)
         counts, ties, fates = _batch_counts(norm_counts, fated)
+        if cfg.fact.kind == "events":  # every file read: were they all still there?
+            try:
+                check_batch_files_present(
+                    cfg.checkpoint_path, batch_id, pipeline=cfg.name, glob=None,
+                    rerun=f"spark-submit spark_jobs/enrich.py --pipeline {shlex.quote(str(cfg.file))}")
+            except LandedFileMissing as e:
+                self._stop(batch_id, e)
         if ties:  # two changes of one fact key in one commit: keeping one loses the other
             self._stop(batch_id, keys_mod.fact_violation(cfg, rows, norm, batch_id, ties))
         n_bad = sum(n for (b, _), n in counts.items() if b)
