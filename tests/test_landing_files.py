@@ -12,7 +12,6 @@ import pytest
 from job_helpers import event, land, pipeline, rows, run_cli
 
 import cdc_lake.cdc.batch_writer as bw
-from cdc_lake.cdc.backlog import LandingFileNames
 from cdc_lake.cdc.job import run_pipeline
 from cdc_lake.checkpoint_log import last_committed_batch
 from cdc_lake.sources.landing_files import LandedFileMissing
@@ -90,3 +89,40 @@ def test_an_event_file_moved_away_mid_run_stops_the_enrichment_batch_and_comes_b
     s = run_enrich(cfg, spark=spark, run_id="r2")
     assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2"}, s
     assert [(r["category"], r["units"]) for r in _rows(tmp_path / "gold/per_cat")] == [("fruit", 3)]
+
+
+def test_landing_names_spark_would_read_wrongly_stop_before_anything_is_read(spark, tmp_path, capsys):
+    """Glob characters in a file name (Spark re-read every other file of the batch per such
+    name: counts and the quarantine share wrong, exit 0) and key=value sub-folders next to
+    top-level files (every run failed with a Spark exception) stop at once with exit 2 naming
+    them; plain sub-folders and a glob that matches nothing get a warning line."""
+    cfg = pipeline(tmp_path)
+    land(cfg.landing_path, "a.json", event(1))
+    odd = land(cfg.landing_path, "b[1].json", event(2))
+    r = run_cli(spark, cfg.file)
+    assert r.returncode == 2 and "'b[1].json'" in r.stderr and "glob pattern" in r.stderr, r.stderr
+    assert not cfg.tables["orders"].path.exists()
+    odd.rename(cfg.landing_path / "b1.json")
+
+    part = cfg.landing_path / "dt=2026-11-29"
+    part.mkdir()
+    land(part, "c.json", event(3))
+    r = run_cli(spark, cfg.file)
+    assert r.returncode == 2 and "'dt=2026-11-29'" in r.stderr and "top level" in r.stderr, r.stderr
+    assert not cfg.tables["orders"].path.exists()
+    part.rename(cfg.landing_path / "archive")  # a plain sub-folder: not read, said so
+    capsys.readouterr()
+    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    out = capsys.readouterr().out
+    assert "1 sub-folder(s)" in out and "archive" in out, out
+    assert s["events_read"] == 2 and rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2"}
+
+    (tmp_path / "p.yaml").write_text((tmp_path / "p.yaml").read_text().replace(
+        "database: shop}", "database: shop, glob: '*.jsn'}"))
+    from cdc_lake.config import load_pipeline
+
+    cfg2 = load_pipeline(tmp_path / "p.yaml")
+    land(cfg.landing_path, "d.json", event(4))
+    run_pipeline(cfg2, spark=spark, run_id="r2")
+    out = capsys.readouterr().out
+    assert "3 landing file(s)" in out and "'*.jsn'" in out and "d.json" in out, out

@@ -120,9 +120,10 @@ def _hidden(name: str) -> bool:
 
 
 class LandingFileNames(ConfigError):
-    """Landing files Spark cannot read by their name (exit 2: bad input, nothing written)."""
+    """Landing files Spark cannot read by their name, or reads wrongly (exit 2: bad input,
+    nothing written)."""
 
-    def __init__(self, cfg: PipelineConfig, names: list[str]) -> None:
+    def __init__(self, cfg: PipelineConfig, names: list[str], problem: str | None = None) -> None:
         self.names = names
         shown = ", ".join(repr(n) for n in names[:5]) + (
             f" and {len(names) - 5} more" if len(names) > 5 else "")
@@ -131,15 +132,35 @@ class LandingFileNames(ConfigError):
             f"{shown}. Hadoop cannot open such a file (URISyntaxException 'Relative path in "
             "absolute URI'), so every run would fail on it; nothing was read or written. Rename "
             "them without ':' (e.g. 2026-11-26T10-00-00 for an ISO time), and name landed "
-            "files without ':' from now on, then run again"))
+            "files without ':' from now on, then run again") if problem is None else (
+            f"{len(names)} entries in the landing folder {cfg.landing_path}: {shown}: {problem}"))
+
+
+GLOB_CHARACTERS = "*?[]{}\\"
+_GLOBBED = ("Spark's file source takes such a name for a glob pattern when it reads a "
+            "micro-batch: every other file of the batch was read once more for each of them "
+            "(tester: 20 files, 96 events read), so the run's counts and the quarantine share "
+            "were wrong, and a pattern can match another file or none. Nothing was read or "
+            "written. Rename them without * ? [ ] { } \\ (a renamed file is a new file to the "
+            "stream: if it was read before, its changes are applied again, which leaves the "
+            "tables as they are), name landed files so from now on, then run again")
+_PARTITIONED = ("Spark reads a sub-folder named key=value as a partition of the landing "
+                "folder; together with files at the top level or other sub-folders every run "
+                "then fails (ArrayIndexOutOfBoundsException, CONFLICTING_DIRECTORY_STRUCTURES). "
+                "Nothing was read or written. Land every file at the top level of the folder "
+                "(move those files up, under names not used yet), or every file in key=value "
+                "folders, then run again")
 
 
 def check_landing_names(cfg: PipelineConfig) -> None:
     """Before the stream starts: raise :class:`LandingFileNames` (a config error, exit 2) for
-    landing files the file source would read whose name holds ``':'``, and print one warning
-    line naming the files Spark skips as hidden (a name starting with ``_`` or ``.``; a file
-    still being written under such a temporary name is expected). Local landing folders whose
-    listing this module mirrors only (see :func:`backlog`); otherwise no check.
+    landing files the file source would read whose name holds ``':'`` or a glob character
+    (``* ? [ ] { } \\``), and for ``key=value`` sub-folders next to top-level files or other
+    sub-folders; print one warning line each naming the files Spark skips as hidden (a name
+    starting with ``_`` or ``.``; a file still being written under such a temporary name is
+    expected), the sub-folders it does not read, and the files a ``glob:`` leaves out when it
+    matches none. Local landing folders whose listing this module mirrors only (see
+    :func:`backlog`); otherwise no check.
 
     Example::
 
@@ -151,7 +172,7 @@ def check_landing_names(cfg: PipelineConfig) -> None:
         return
     if glob is not None and not _GLOB_SAFE.fullmatch(glob):
         glob = None  # unusual glob: check every visible file
-    bad, hidden = [], []
+    bad, globbed, hidden, folders, files, left_out = [], [], [], [], 0, []
     for entry in os.scandir(landing):
         name = entry.name
         if _hidden(name):
@@ -159,19 +180,41 @@ def check_landing_names(cfg: PipelineConfig) -> None:
                     and entry.is_file():
                 hidden.append(name)
             continue
-        if glob is not None and not fnmatch.fnmatchcase(name, glob):
+        if entry.is_dir():
+            folders.append(name)
             continue
+        if glob is not None and not fnmatch.fnmatchcase(name, glob):
+            left_out.append(name)
+            continue
+        files += 1
         if ":" in name:
             bad.append(name)
-    if hidden:
-        hidden.sort()
-        print(f"[cdc] WARNING: {len(hidden)} landing file(s) in {landing} are skipped as hidden "
-              "(Spark's file source ignores names starting with '_' or '.'; expected for a file "
-              "still being written under a temporary name, otherwise rename it): "
-              + ", ".join(hidden[:5]) + (f" and {len(hidden) - 5} more" if len(hidden) > 5 else ""),
-              flush=True)
+        elif any(ch in name for ch in GLOB_CHARACTERS):
+            globbed.append(name)
+    _warn(landing, sorted(hidden), "are skipped as hidden (Spark's file source ignores names "
+          "starting with '_' or '.'; expected for a file still being written under a temporary "
+          "name, otherwise rename it)")
+    partitions = sorted(f for f in folders if "=" in f)
+    if partitions and (files or len(partitions) < len(folders)):
+        raise LandingFileNames(cfg, partitions + sorted(f for f in folders if "=" not in f),
+                               _PARTITIONED)
+    if not partitions:
+        _warn(landing, sorted(folders), "are not read, nor the files in them (only files at "
+              "the top of the landing folder are; move files to be ingested up)", "sub-folder(s)")
+    if glob is not None and not files and left_out:
+        _warn(landing, sorted(left_out), f"do not match source.glob {glob!r} of {cfg.file} and "
+              "none does: nothing is read (a typo in the glob?)")
     if bad:
         raise LandingFileNames(cfg, sorted(bad))
+    if globbed:
+        raise LandingFileNames(cfg, sorted(globbed), _GLOBBED)
+
+
+def _warn(landing: object, names: list[str], what: str, noun: str = "landing file(s)") -> None:
+    if names:
+        print(f"[cdc] WARNING: {len(names)} {noun} in {landing} {what}: "
+              + ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else ""),
+              flush=True)
 
 
 def _log_offset(cfg: PipelineConfig, batch: int, src: object) -> int:
