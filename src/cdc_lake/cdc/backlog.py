@@ -145,8 +145,10 @@ _GLOBBED = ("Spark's file source takes such a name for a glob pattern when it re
             "stream: if it was read before, its changes are applied again, which leaves the "
             "tables as they are), name landed files so from now on, then run again")
 _PARTITIONED = ("Spark reads a sub-folder named key=value as a partition of the landing "
-                "folder; together with files at the top level or other sub-folders every run "
-                "then fails (ArrayIndexOutOfBoundsException, CONFLICTING_DIRECTORY_STRUCTURES). "
+                "folder; mixed with files at the top level or other sub-folders the stream "
+                "breaks (tester: once a top-level file followed partition folders every run "
+                "failed with ArrayIndexOutOfBoundsException; with a plain sub-folder too, "
+                "CONFLICTING_DIRECTORY_STRUCTURES). "
                 "Nothing was read or written. Land every file at the top level of the folder "
                 "(move those files up, under names not used yet), or every file in key=value "
                 "folders, then run again")
