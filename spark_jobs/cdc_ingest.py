@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = None
     try:
         cfg = load_pipeline(args.pipeline)
+        if cfg.kind != "cdc":  # (tester: an enrich YAML ended in an AttributeError, exit 1)
+            raise ConfigError(cfg.file, "kind", f"is {cfg.kind!r}; spark_jobs/cdc_ingest.py runs "
+                              "kind: cdc pipelines (use the job of that kind: spark_jobs/enrich.py "
+                              "or spark_jobs/dimension_refresh.py)")
         tables = [t for t in (args.tables or "").split(",") if t] or None
         from cdc_lake.cdc.job import run_pipeline
 

@@ -207,6 +207,9 @@ def test_a_driver_jvm_without_a_utf8_locale_stops_on_a_non_ascii_landing_file(tm
     last = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("[cdc]")][-1]
     assert last.startswith(f"[cdc] CONFIG ERROR: {p}: source.path: the driver JVM encodes file names as"), last
     assert "0002_ü.json" in last and "LANG=C.UTF-8" in last, last
+    # (tester: LC_ALL set to a locale the machine lacks got "unset or C" and a LANG fix that
+    # LC_ALL overrides; the message now shows the three variables and the precedence)
+    assert "LC_ALL=''" in last and "LC_ALL=C.UTF-8 spark-submit" in last and "overrides" in last, last
     assert not (tmp_path / "lake" / "orders").exists()
 
     r = run({**env, "LANG": "C.UTF-8"}, "utf8")
@@ -215,3 +218,21 @@ def test_a_driver_jvm_without_a_utf8_locale_stops_on_a_non_ascii_landing_file(tm
 
     ids = sorted(DeltaTable(str(tmp_path / "lake" / "orders")).to_pyarrow_table().column("id").to_pylist())
     assert ids == [1, 2], ids
+
+
+def test_a_yaml_of_another_kind_is_a_config_error_naming_the_job_to_use(tmp_path):
+    """Tester: cdc_ingest.py given a kind: enrich YAML ended in an AttributeError (exit 1);
+    enrich.py and dimension_refresh.py said so with exit 2 already."""
+    p = _yaml(tmp_path, """kind: enrich
+pipeline: other_kind
+fact:
+  events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
+           schema: {event_id: string, product_id: bigint, event_ts: timestamp}}
+dimensions:
+  products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
+event_time: event_ts
+outputs: {enriched: gold/ev}
+""")
+    r = _cli("--pipeline", str(p))
+    assert r.returncode == 2, r.stderr
+    assert f"[cdc] CONFIG ERROR: {p}: kind: is 'enrich'" in r.stderr and "spark_jobs/enrich.py" in r.stderr, r.stderr

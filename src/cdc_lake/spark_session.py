@@ -241,9 +241,12 @@ def check_file_name_encoding(spark: SparkSession, cfg: Any) -> None:
     if bad:
         key, name = bad[0]
         raise ConfigError(cfg.file, key, (
-            f"the driver JVM encodes file names as {enc or 'unknown'} (no UTF-8 locale: LANG / "
-            f"LC_ALL unset or C), so Spark cannot use {name!r}"
+            f"the driver JVM encodes file names as {enc or 'unknown'} (no usable UTF-8 locale: "
+            f"LC_ALL={os.environ.get('LC_ALL', '')!r}, LC_CTYPE={os.environ.get('LC_CTYPE', '')!r}, "
+            f"LANG={os.environ.get('LANG', '')!r}; unset, C, or a locale this machine does not "
+            f"have), so Spark cannot use {name!r}"
             + (f" and {len(bad) - 1} more non-ASCII name(s)" if len(bad) > 1 else "")
             + ": it would skip such landing files and not find such folders. Run spark-submit "
-            "with a UTF-8 locale, e.g. `LANG=C.UTF-8 spark-submit ...` (the Airflow operator sets "
-            "LANG=C.UTF-8 when the worker has no locale)"))
+            "with a UTF-8 locale the machine has, e.g. `LC_ALL=C.UTF-8 spark-submit ...` "
+            "(LC_ALL, when set, overrides LC_CTYPE and LANG; `locale -a` lists the installed "
+            "ones; the Airflow operator sets LANG=C.UTF-8 when the worker has no locale)"))
