@@ -126,3 +126,21 @@ def test_landing_names_spark_would_read_wrongly_stop_before_anything_is_read(spa
     run_pipeline(cfg2, spark=spark, run_id="r2")
     out = capsys.readouterr().out
     assert "3 landing file(s)" in out and "'*.jsn'" in out and "d.json" in out, out
+
+
+def test_a_composite_key_quarantine_reason_names_only_the_missing_columns(spark, tmp_path):
+    """Tester: a row with order_id null and line_no present was quarantined as missing
+    ['order_id', 'line_no']."""
+    from deltalake import DeltaTable
+
+    cfg = pipeline(tmp_path, extra="  lines: {keys: [order_id, line_no]}\n")
+    land(cfg.landing_path, "l.json", event(1, table="lines", order_id=None, line_no=3),
+         event(2, table="lines", order_id=7), event(3, table="lines", line_no=None),
+         event(4, table="lines", order_id=7, line_no=1))
+    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    assert s["quarantined"] == 3, s
+    reasons = sorted(r["reason"] for r in DeltaTable(str(cfg.quarantine_path)).to_pyarrow_table().to_pylist())
+    key = "of the key ['order_id', 'line_no']"
+    assert reasons == [f"missing key column(s) ['line_no'] {key}",  # event 2
+                       f"missing key column(s) ['order_id', 'line_no'] {key}",  # event 3: neither
+                       f"missing key column(s) ['order_id'] {key}"], reasons  # event 1: null

@@ -120,7 +120,12 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
     key_missing = F.lit(False)
     for k in plan.keys:
         key_missing = key_missing | a[k].isNull()
-    problems: list[Column] = [F.when(key_missing, F.lit(f"missing key column(s) {list(plan.keys)}"))]
+    # the key columns this row lacks (absent or null), not every key column (tester)
+    named = F.lit(f"missing key column(s) {list(plan.keys)}") if len(plan.keys) == 1 else F.concat(
+        F.lit("missing key column(s) ["),
+        F.concat_ws(", ", *[F.when(a[k].isNull(), F.lit(repr(k))) for k in plan.keys]),
+        F.lit(f"] of the key {list(plan.keys)}"))
+    problems: list[Column] = [F.when(key_missing, named)]
     # A delete needs only the key: a bad non-key value in its row image does not stop it (the
     # value is not stored; an SCD2 delete version keeps null there).
     needed = F.col("op") != "delete"
