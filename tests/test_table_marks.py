@@ -93,6 +93,8 @@ def test_foreign_row_changes_are_seen(tmp_path):
                                 app_transactions=[Transaction("cdc-shop_eu-9f", 0)]))
         why = _why(table, v, fp)
         assert why and "changed rows" in why and f"version {v + 1}" in why, (change, why)
+        if change == "other_pipeline":  # the writer named (tester: two YAMLs, one storage.root)
+            assert "'cdc-shop_eu-9f'" in why and "same table path" in why, why
 
 
 def test_commits_removed_by_log_retention_are_not_taken_for_lost_ones(tmp_path):

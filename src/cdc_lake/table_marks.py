@@ -126,7 +126,7 @@ def commit_fingerprint(table: Path, version: int) -> str | None:
 
 def _foreign_change(data: bytes, app_prefix: str) -> str | None:
     """The operation of a commit that changed rows without being the pipeline's, else None."""
-    changes, own, info = False, False, {}
+    changes, own, info, foreign = False, False, {}, ""
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             action = json.loads(line)
@@ -141,13 +141,18 @@ def _foreign_change(data: bytes, app_prefix: str) -> str | None:
         txn = action.get("txn")
         if isinstance(txn, dict) and str(txn.get("appId", "")).startswith(app_prefix):
             own = True
+        elif isinstance(txn, dict) and txn.get("appId"):
+            foreign = str(txn["appId"])
         if isinstance(action.get("commitInfo"), dict):
             info = action["commitInfo"]
     same_rows = (str(info.get(SAME_ROWS, "")).strip().lower() == "true"
                  or SAME_ROWS in str(info.get("userMetadata") or ""))
     if not changes or own or same_rows:
         return None
-    return str(info.get("operation") or "an unnamed operation")
+    op = str(info.get("operation") or "an unnamed operation")
+    # (tester: two CDC YAMLs sharing one storage.root, run by hand: the message did not say
+    # that the commit was another pipeline's)
+    return op if not foreign else f"{op} in Delta transaction {foreign!r}"
 
 
 def _last_checkpoint(log: Path) -> int:
@@ -280,6 +285,14 @@ def changed_behind(table: Path, version: int, recorded: str | None, *, app_prefi
             continue  # removed by the log retention (or never readable): nothing to compare
         op = _foreign_change(data, app_prefix)
         if op is not None:
+            if " in Delta transaction " in op:
+                return (f"its commit of version {v} ({op}) changed rows after the version "
+                        f"{version} a run of this pipeline left it at, and was written by another "
+                        f"writer (its transaction id is not this pipeline's, {app_prefix}...): "
+                        "another pipeline or job writes this table; when its id starts with cdc- "
+                        "or enrich-, that pipeline's YAML names the same table path as this one "
+                        "(a shared storage.root, or tables.<t>.path / outputs): give each "
+                        "pipeline its own folder")
             return (f"its commit of version {v} ({op}) changed rows after the version {version} "
                     "a run of this pipeline left it at, and was not written by this pipeline "
                     "(no Delta transaction of it; not a maintenance OPTIMIZE/VACUUM): a RESTORE, "
