@@ -118,8 +118,9 @@ def _human(s: dict) -> list[str]:
     for r in (s.get("quarantine_threshold") or {}).get("top_reasons", []):
         lines.append(f"[cdc]     {r['count']}x {r['reason']}")
     for name, t in s["tables"].items():
-        lines.append(f"[cdc]   {name:<16} +{t['inserted']} ~{t['updated']} -{t['deleted']} "
-                     f"-> Delta version {t['delta_version']}")
+        at = ("no table yet" if t["delta_version"] is None  # (tester: "Delta version None")
+              else f"Delta version {t['delta_version']}")
+        lines.append(f"[cdc]   {name:<16} +{t['inserted']} ~{t['updated']} -{t['deleted']} -> {at}")
     return lines
 
 
