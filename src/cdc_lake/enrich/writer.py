@@ -47,6 +47,7 @@ from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recover
 from cdc_lake.enrich.table_types import as_types, fit_table
 from cdc_lake.sources.landing_files import LandedFileMissing, check_batch_files_present
 
+
 @dataclass
 class EnrichStats:
     batch_ids: list[int] = field(default_factory=list)
