@@ -57,11 +57,34 @@ def test_a_file_moved_away_after_the_run_listed_it_stops_the_batch_and_comes_bac
     assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3", 4: "late"}
     assert run_pipeline(cfg, spark=spark, run_id="r4")["batches"] == 0  # nothing new, no stop
 
+    # gone after its own batch was planned, before Spark opened it: Spark's read fails
+    # (FILE_NOT_EXIST, was exit 1 without the file named); now the same stop, exit 3
+    f2 = land(cfg.landing_path, "f2.json", event(5))
+
+    def survey_moving_f2(ev, selected):  # type: ignore[no-untyped-def]
+        if f2.exists():
+            shutil.move(f2, away)
+        return real_survey(ev, selected)
+
+    monkeypatch.setattr(bw, "survey", survey_moving_f2)
+    with pytest.raises(LandedFileMissing) as e:
+        run_pipeline(cfg, spark=spark, run_id="r5")
+    monkeypatch.setattr(bw, "survey", real_survey)
+    assert "micro-batch 2" in str(e.value) and str(f2) in str(e.value), e.value
+    shutil.move(away, f2)
+    run_pipeline(cfg, spark=spark, run_id="r6")
+    assert rows(cfg.tables["orders"].path) == {1: "s1", 2: "s2", 3: "s3", 4: "late", 5: "s5"}
+
 
 def test_an_event_file_moved_away_mid_run_stops_the_enrichment_batch_and_comes_back_whole(
         spark, tmp_path, monkeypatch):
     """The same for an enrichment's events folder: the batch whose file went away stops
-    uncommitted (no output row of it), and once the file is back every event is enriched."""
+    uncommitted (no output row of it), and once the file is back every event is enriched. From
+    the third batch on the job reads a batch's files a second time (events Spark's dedup
+    dropped as late), which failed first on the missing file (second tester: exit 1,
+    PATH_NOT_FOUND); a file compressed in place is not read twice and arrives as a new file."""
+    import gzip
+
     from test_enrich_late_events import _rows, _setup
 
     import cdc_lake.enrich.writer as ew
@@ -70,25 +93,61 @@ def test_an_event_file_moved_away_mid_run_stops_the_enrichment_batch_and_comes_b
     cfg, landing = _setup(tmp_path)
     landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z")])
     landing.land("b.json", [("e2", 2, "2026-01-02T10:30:00Z")])
-    b, away = landing.dir / "b.json", tmp_path / "b.json"
+    landing.land("c.json", [("e3", 4, "2026-01-02T10:40:00Z")])
+    c, away = landing.dir / "c.json", tmp_path / "c.json"
     real = ew.fact_rows
 
-    def fact_rows_moving_b(*a, **k):  # type: ignore[no-untyped-def]
-        if b.exists():  # batch 0 (a.json): the run has listed both files
-            shutil.move(b, away)
+    def fact_rows_moving_c(*a, **k):  # type: ignore[no-untyped-def]
+        if c.exists():  # batch 0 (a.json): the run has listed every file
+            shutil.move(c, away)
         return real(*a, **k)
 
-    monkeypatch.setattr(ew, "fact_rows", fact_rows_moving_b)
+    monkeypatch.setattr(ew, "fact_rows", fact_rows_moving_c)
     with pytest.raises(LandedFileMissing) as e:
         run_enrich(cfg, spark=spark, run_id="r1")
     monkeypatch.setattr(ew, "fact_rows", real)
-    assert "micro-batch 1" in str(e.value) and str(b) in str(e.value), e.value
-    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1"}
+    assert "micro-batch 2" in str(e.value) and str(c) in str(e.value), e.value
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2"}
 
-    shutil.move(away, b)  # put back with its time (mv)
+    shutil.move(away, c)  # put back with its time (mv)
     s = run_enrich(cfg, spark=spark, run_id="r2")
-    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2"}, s
-    assert [(r["category"], r["units"]) for r in _rows(tmp_path / "gold/per_cat")] == [("fruit", 3)]
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2", "e3"}, s
+    assert [(r["category"], r["units"]) for r in _rows(tmp_path / "gold/per_cat")] == [("fruit", 7)]
+
+    # gone after its own batch was planned, before Spark opened it: Spark's read fails
+    # (FILE_NOT_EXIST, was exit 1 without the file named); now the same stop, exit 3
+    d = landing.dir / "d.json"
+    landing.land("d.json", [("e4", 8, "2026-01-02T10:50:00Z")])
+
+    def fact_rows_moving_d(*a, **k):  # type: ignore[no-untyped-def]
+        if d.exists():
+            shutil.move(d, away)
+        return real(*a, **k)
+
+    monkeypatch.setattr(ew, "fact_rows", fact_rows_moving_d)
+    with pytest.raises(LandedFileMissing) as e:
+        run_enrich(cfg, spark=spark, run_id="r3")
+    monkeypatch.setattr(ew, "fact_rows", real)
+    assert "micro-batch" in str(e.value) and str(d) in str(e.value), e.value  # (ids: no-data batches too)
+    shutil.move(away, d)
+
+    # compressed in place while a run is going: not missing; its events come as y.json.gz
+    landing.land("x.json", [("e5", 16, "2026-01-02T10:55:00Z")])
+    landing.land("y.json", [("e6", 32, "2026-01-02T10:56:00Z")])
+    y = landing.dir / "y.json"
+
+    def fact_rows_gzipping_y(*a, **k):  # type: ignore[no-untyped-def]
+        if y.exists():  # during an earlier batch of the run: y.json is listed already
+            y.with_name("y.json.gz").write_bytes(gzip.compress(y.read_bytes()))
+            y.unlink()
+        return real(*a, **k)
+
+    monkeypatch.setattr(ew, "fact_rows", fact_rows_gzipping_y)
+    run_enrich(cfg, spark=spark, run_id="r4")
+    monkeypatch.setattr(ew, "fact_rows", real)
+    run_enrich(cfg, spark=spark, run_id="r5")
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {f"e{i}" for i in range(1, 7)}
+    assert [(r["category"], r["units"]) for r in _rows(tmp_path / "gold/per_cat")] == [("fruit", 63)]
 
 
 def test_landing_names_spark_would_read_wrongly_stop_before_anything_is_read(spark, tmp_path, capsys):

@@ -31,7 +31,7 @@ from cdc_lake.cdc.discovery import (UNKNOWN, observe, plan_table, refuse_non_obj
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.engines import Computed, Engine, Source, Txn, WriteResult
-from cdc_lake.sources.landing_files import check_batch_files_present
+from cdc_lake.sources.landing_files import check_batch_files_present, explain_read_failure
 
 CRASH_ENV = "CDC_CRASH_AT"  # fault injection for tests: SIGKILL this driver at a named point
 
@@ -247,6 +247,15 @@ class BatchWriter:
         self._cached: list[DataFrame] = [ev]
         try:
             self._process(ev, batch_id, txn)
+        except Exception as e:
+            if self.checkpoint is not None and self.stop_error is None:
+                try:  # a file gone after the batch was planned: name it (exit 3)
+                    explain_read_failure(e, self.checkpoint, batch_id, pipeline=self.cfg.name,
+                                         glob=self.cfg.file_glob, rerun=self.rerun)
+                except PipelineStateError as missing:
+                    self.stop_error = missing
+                    raise missing from None
+            raise
         finally:
             for df in self._cached:
                 df.unpersist()

@@ -16,7 +16,6 @@ which changes nothing because every write is ordered by binlog sequence.
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import sys
 import time
@@ -45,6 +44,7 @@ from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
 from cdc_lake.runids import safe_run_id
+from cdc_lake.sources.landing_files import rerun_command
 from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
                                      driver_java_options)
 from cdc_lake.summary import SUMMARY_PREFIX, record_failure, record_summary
@@ -236,7 +236,7 @@ def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, c
                 max_files: int | None) -> list[dict[str, Any]]:
     events = read_events(spark, cfg, max_files)
     writer.checkpoint = checkpoint
-    writer.rerun = f"spark-submit spark_jobs/cdc_ingest.py --pipeline {shlex.quote(str(cfg.file))}" + (
+    writer.rerun = rerun_command("cdc_ingest.py", cfg.file) + (
         "" if checkpoint == cfg.checkpoint_path else " --full-refresh" + (
             "" if writer.selected == set(cfg.tables) else f" --tables {','.join(sorted(writer.selected))}"))
     # A micro-batch names its files one by one; above this many paths Spark lists them with a

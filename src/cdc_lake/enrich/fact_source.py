@@ -81,6 +81,15 @@ def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
                                 recovery_command(cfg)) from None
     if not files:
         return None
+    from cdc_lake.sources.landing_files import check_batch_files_present, existing, rerun_command
+
+    # a file gone since the batch was planned: exit 3 naming it, before this read fails on it
+    # (tester: PATH_NOT_FOUND, exit 1); one compressed in place is read later as a new file
+    check_batch_files_present(cp, batch_id, pipeline=cfg.name, glob=None,
+                              rerun=rerun_command("enrich.py", cfg.file))
+    files = existing(files)
+    if not files:
+        return None
     df = (spark.read.schema(f"{ev.ddl}, `{CORRUPT}` string")
           .option("columnNameOfCorruptRecord", CORRUPT).json([_hadoop_path(u) for u in files])
           .select("*", F.col("_metadata.file_path").alias(SOURCE_FILE)))

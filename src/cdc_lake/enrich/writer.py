@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -45,7 +44,8 @@ from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_
                                   source_mismatch)
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 from cdc_lake.enrich.table_types import as_types, fit_table
-from cdc_lake.sources.landing_files import LandedFileMissing, check_batch_files_present
+from cdc_lake.sources.landing_files import (LandedFileMissing, check_batch_files_present,
+                                            explain_read_failure, rerun_command)
 
 
 @dataclass
@@ -164,6 +164,14 @@ class EnrichBatch:
         cached: list[DataFrame] = []
         try:
             self._process(batch, batch_id, plan, cached)
+        except Exception as e:
+            if self.cfg.fact.kind == "events" and not isinstance(e, LandedFileMissing):
+                try:  # a file gone after the batch was planned: name it (exit 3)
+                    explain_read_failure(e, self.cfg.checkpoint_path, batch_id, pipeline=self.cfg.name,
+                                         glob=None, rerun=rerun_command("enrich.py", self.cfg.file))
+                except LandedFileMissing as missing:
+                    self._stop(batch_id, missing)
+            raise
         finally:
             for df in cached:
                 df.unpersist()
@@ -213,9 +221,8 @@ class EnrichBatch:
         counts, ties, fates = _batch_counts(norm_counts, fated)
         if cfg.fact.kind == "events":  # every file read: were they all still there?
             try:
-                check_batch_files_present(
-                    cfg.checkpoint_path, batch_id, pipeline=cfg.name, glob=None,
-                    rerun=f"spark-submit spark_jobs/enrich.py --pipeline {shlex.quote(str(cfg.file))}")
+                check_batch_files_present(cfg.checkpoint_path, batch_id, pipeline=cfg.name,
+                                          glob=None, rerun=rerun_command("enrich.py", cfg.file))
             except LandedFileMissing as e:
                 self._stop(batch_id, e)
         if ties:  # two changes of one fact key in one commit: keeping one loses the other

@@ -26,7 +26,8 @@ from urllib.parse import unquote, urlsplit
 
 from cdc_lake.checkpoint_log import PipelineStateError, batch_source_entries
 
-__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "check_batch_files_present", "present"]
+__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "check_batch_files_present", "existing",
+           "explain_read_failure", "present", "rerun_command"]
 
 # Spark reads a file by its codec suffix: `gzip f.json` in place leaves f.json.gz, a new file the
 # stream takes (when the glob lets it), so f.json's lines are not lost.
@@ -38,6 +39,25 @@ def present(path: str, glob: str | None) -> bool:
     return os.path.exists(path) or any(
         os.path.exists(path + ext) and (glob is None or fnmatch.fnmatchcase(
             os.path.basename(path + ext), glob)) for ext in CODEC_SUFFIXES)
+
+
+def _local(uri: str) -> str | None:
+    """The local path of a file-source log URI, None for another file system."""
+    u = urlsplit(uri)
+    if u.scheme not in ("", "file") or u.netloc not in ("", "localhost"):
+        return None
+    return os.path.normpath(unquote(u.path))
+
+
+def existing(uris: list[str]) -> list[str]:
+    """The URIs whose local file exists now (URIs of other file systems are kept): a batch's
+    second read of its files skips one compressed in place, as the stream's own read did."""
+    return [u for u in uris if (p := _local(u)) is None or os.path.exists(p)]
+
+
+def rerun_command(job: str, pipeline_file: object) -> str:
+    """``spark-submit spark_jobs/<job> --pipeline <yaml>``, quoted for a shell."""
+    return f"spark-submit spark_jobs/{job} --pipeline {shlex.quote(str(pipeline_file))}"
 
 
 class LandedFileMissing(PipelineStateError):
@@ -82,11 +102,23 @@ def check_batch_files_present(checkpoint: Path, batch_id: int, *, pipeline: str,
         return
     gone: list[tuple[str, int | None]] = []
     for uri, ms in entries or []:
-        u = urlsplit(uri)
-        if u.scheme not in ("", "file") or u.netloc not in ("", "localhost"):
-            continue
-        path = os.path.normpath(unquote(u.path))
-        if not present(path, glob):
+        path = _local(uri)
+        if path is not None and not present(path, glob):
             gone.append((path, ms))
     if gone:
         raise LandedFileMissing(pipeline, batch_id, gone, rerun)
+
+
+# Spark's words for a file that was listed but is gone when a task opens it
+_MISSING_FILE = ("FILE_NOT_EXIST", "PATH_NOT_FOUND", "FileNotFoundException")
+
+
+def explain_read_failure(error: BaseException, checkpoint: Path, batch_id: int, *, pipeline: str,
+                         glob: str | None, rerun: str) -> None:
+    """After a batch failed: raise :class:`LandedFileMissing` when Spark failed on a file that
+    is gone (deleted after the batch was planned, before a task opened it: the tester's exit 1
+    without the file named); return otherwise, for the caller to re-raise ``error`` (also when
+    the file was only compressed in place: the retry reads the batch without it, then the
+    compressed file as a new one)."""
+    if any(m in str(error) for m in _MISSING_FILE):
+        check_batch_files_present(checkpoint, batch_id, pipeline=pipeline, glob=glob, rerun=rerun)
