@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_pipeline(args.pipeline)
         if cfg.kind != "cdc":  # (tester: an enrich YAML ended in an AttributeError, exit 1)
+            job = {"enrich": "enrich.py", "dimension": "dimension_refresh.py"}.get(cfg.kind, "")
             raise ConfigError(cfg.file, "kind", f"is {cfg.kind!r}; spark_jobs/cdc_ingest.py runs "
-                              "kind: cdc pipelines (use the job of that kind: spark_jobs/enrich.py "
-                              "or spark_jobs/dimension_refresh.py)")
+                              f"kind: cdc pipelines (use spark_jobs/{job})")
         tables = [t for t in (args.tables or "").split(",") if t] or None
         from cdc_lake.cdc.job import run_pipeline
 

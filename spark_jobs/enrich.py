@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_pipeline(args.pipeline)
         if cfg.kind != "enrich":
             raise ConfigError(cfg.file, "kind", f"is {cfg.kind!r}; spark_jobs/enrich.py runs "
-                              "kind: enrich pipelines (use the job of that kind)")
+                              "kind: enrich pipelines (use spark_jobs/"
+                              + {"cdc": "cdc_ingest.py", "dimension": "dimension_refresh.py"}.get(
+                                  cfg.kind, "") + ")")
         from cdc_lake.enrich.job import run_enrich
 
         summary = run_enrich(cfg, run_id=args.run_id, reprocess=args.reprocess)

@@ -235,4 +235,4 @@ outputs: {enriched: gold/ev}
 """)
     r = _cli("--pipeline", str(p))
     assert r.returncode == 2, r.stderr
-    assert f"[cdc] CONFIG ERROR: {p}: kind: is 'enrich'" in r.stderr and "spark_jobs/enrich.py" in r.stderr, r.stderr
+    assert f"[cdc] CONFIG ERROR: {p}: kind: is 'enrich'" in r.stderr and "(use spark_jobs/enrich.py)" in r.stderr, r.stderr

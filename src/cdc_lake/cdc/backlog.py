@@ -140,7 +140,7 @@ GLOB_CHARACTERS = "*?[]{}\\"
 _GLOBBED = ("Spark's file source takes such a name for a glob pattern when it reads a "
             "micro-batch: every other file of the batch was read once more for each of them "
             "(tester: 20 files, 96 events read), so the run's counts and the quarantine share "
-            "were wrong, and a pattern can match another file or none. Nothing was read or "
+            "were wrong, and a pattern can match another file or none. No table was read or "
             "written. Rename them without * ? [ ] { } \\ (a renamed file is a new file to the "
             "stream: if it was read before, its changes are applied again, which leaves the "
             "tables as they are), name landed files so from now on, then run again")
@@ -149,7 +149,7 @@ _PARTITIONED = ("Spark reads a sub-folder named key=value as a partition of the 
                 "breaks (tester: once a top-level file followed partition folders every run "
                 "failed with ArrayIndexOutOfBoundsException; with a plain sub-folder too, "
                 "CONFLICTING_DIRECTORY_STRUCTURES). "
-                "Nothing was read or written. Land every file at the top level of the folder "
+                "No table was read or written. Land every file at the top level of the folder "
                 "(move those files up, under names not used yet), or every file in key=value "
                 "folders, then run again")
 
