@@ -17,6 +17,17 @@ from cdc_lake.checkpoint_log import last_committed_batch
 from cdc_lake.sources.landing_files import LandedFileMissing
 
 
+def _moving(real, src, dst):  # type: ignore[no-untyped-def]
+    """``real`` (a step of the batch: the CDC survey, the enrichment's fact rows), moving
+    ``src`` to ``dst`` on its first call while ``src`` is there: inside a running batch, after
+    the run listed the folder, so the timing is the same on every machine."""
+    def step(*a, **k):  # type: ignore[no-untyped-def]
+        if src.exists():
+            shutil.move(src, dst)
+        return real(*a, **k)
+    return step
+
+
 def test_a_file_moved_away_after_the_run_listed_it_stops_the_batch_and_comes_back_whole(spark, tmp_path,
                                                                                            monkeypatch):
     """Trigger.AvailableNow lists the folder once; with one file per batch, a file moved away
@@ -31,12 +42,8 @@ def test_a_file_moved_away_after_the_run_listed_it_stops_the_batch_and_comes_bac
     away = tmp_path / "away.json"
     real_survey = bw.survey
 
-    def survey_moving_f1(ev, selected):  # type: ignore[no-untyped-def]
-        if f1.exists():  # during batch 0: the run has listed both files already
-            shutil.move(f1, away)
-        return real_survey(ev, selected)
-
-    monkeypatch.setattr(bw, "survey", survey_moving_f1)
+    # during batch 0: the run has listed both files already
+    monkeypatch.setattr(bw, "survey", _moving(real_survey, f1, away))
     with pytest.raises(LandedFileMissing) as e:
         run_pipeline(cfg, spark=spark, run_id="r1", max_files_per_trigger=1)
     monkeypatch.setattr(bw, "survey", real_survey)
@@ -61,12 +68,7 @@ def test_a_file_moved_away_after_the_run_listed_it_stops_the_batch_and_comes_bac
     # (FILE_NOT_EXIST, was exit 1 without the file named); now the same stop, exit 3
     f2 = land(cfg.landing_path, "f2.json", event(5))
 
-    def survey_moving_f2(ev, selected):  # type: ignore[no-untyped-def]
-        if f2.exists():
-            shutil.move(f2, away)
-        return real_survey(ev, selected)
-
-    monkeypatch.setattr(bw, "survey", survey_moving_f2)
+    monkeypatch.setattr(bw, "survey", _moving(real_survey, f2, away))
     with pytest.raises(LandedFileMissing) as e:
         run_pipeline(cfg, spark=spark, run_id="r5")
     monkeypatch.setattr(bw, "survey", real_survey)
@@ -97,12 +99,8 @@ def test_an_event_file_moved_away_mid_run_stops_the_enrichment_batch_and_comes_b
     c, away = landing.dir / "c.json", tmp_path / "c.json"
     real = ew.fact_rows
 
-    def fact_rows_moving_c(*a, **k):  # type: ignore[no-untyped-def]
-        if c.exists():  # batch 0 (a.json): the run has listed every file
-            shutil.move(c, away)
-        return real(*a, **k)
-
-    monkeypatch.setattr(ew, "fact_rows", fact_rows_moving_c)
+    # batch 0 (a.json): the run has listed every file
+    monkeypatch.setattr(ew, "fact_rows", _moving(real, c, away))
     with pytest.raises(LandedFileMissing) as e:
         run_enrich(cfg, spark=spark, run_id="r1")
     monkeypatch.setattr(ew, "fact_rows", real)
@@ -119,12 +117,7 @@ def test_an_event_file_moved_away_mid_run_stops_the_enrichment_batch_and_comes_b
     d = landing.dir / "d.json"
     landing.land("d.json", [("e4", 8, "2026-01-02T10:50:00Z")])
 
-    def fact_rows_moving_d(*a, **k):  # type: ignore[no-untyped-def]
-        if d.exists():
-            shutil.move(d, away)
-        return real(*a, **k)
-
-    monkeypatch.setattr(ew, "fact_rows", fact_rows_moving_d)
+    monkeypatch.setattr(ew, "fact_rows", _moving(real, d, away))
     with pytest.raises(LandedFileMissing) as e:
         run_enrich(cfg, spark=spark, run_id="r3")
     monkeypatch.setattr(ew, "fact_rows", real)
