@@ -30,7 +30,7 @@ import pytest
 from mariadb_server import MariaDBServer, mariadb_server  # noqa: F401  (fixture)
 
 from cdc_lake.capture import mariadb_maxwell as mm
-from cdc_lake.capture.state import CaptureBadValue, CaptureConfigError
+from cdc_lake.capture.state import CaptureBadValue, CaptureConfigError, CaptureNeedsOperator
 
 pytestmark = [pytest.mark.mariadb,
               pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning")]
@@ -138,6 +138,44 @@ def test_a_charset_without_decoder_stops_naming_the_column(mariadb_server: Maria
         _capture(srv, "cs2", tmp_path / "landing2")
     assert bad.value.exit_code == 3 and "cs2.j" in str(bad.value), bad.value
     assert "binlog position mariadb-bin." in str(bad.value), bad.value
+
+
+def test_a_column_whose_type_changed_before_the_capture_read_its_rows(
+        mariadb_server: MariaDBServer, tmp_path: Path) -> None:  # noqa: F811
+    """The binlog holds a row as the column was when it was written; today's schema may differ.
+    Text written before ``ALTER ... MODIFY u UUID`` lands as that text (the UUID converter
+    crashed on it: exit 1, retried forever); bytes written before ``MODIFY u CHAR(36)`` stop the
+    capture with exit 3 naming the columns (they landed as base64, exit 0)."""
+    srv = mariadb_server
+    srv.execute("CREATE DATABASE to_uuid CHARACTER SET utf8mb4")
+    srv.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, u CHAR(36), ip VARCHAR(40), b BINARY(16))",
+        "INSERT INTO t VALUES (1, '123e4567-e89b-12d3-a456-426614174000', '::1', "
+        "x'323e4567e89b12d3a456426614174000')",
+        "ALTER TABLE t MODIFY u UUID, MODIFY ip INET6, MODIFY b UUID",
+        "INSERT INTO t VALUES (2, '223e4567-e89b-12d3-a456-426614174000', '2001:db8::2', "
+        "'423e4567-e89b-12d3-a456-426614174000')", database="to_uuid")
+    _capture(srv, "to_uuid", tmp_path / "landing")
+    with srv.connect("to_uuid") as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, CAST(u AS CHAR), CAST(ip AS CHAR), CAST(b AS CHAR) FROM t")
+        now = {(r[0],): dict(zip(["id", "u", "ip", "b"], r)) for r in cur.fetchall()}
+    # row 1 as it was written (the ALTER logged no row): the same text SELECT shows; BINARY(16)
+    # bytes are a UUID's bytes, shown as the UUID today; row 2 as SELECT shows it
+    assert _replay(tmp_path / "landing")["t"] == now
+
+    srv.execute("CREATE DATABASE to_text CHARACTER SET utf8mb4")
+    srv.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, u UUID, i4 INET4, n VARCHAR(5))",
+        "INSERT INTO t VALUES (1, '123e4567-e89b-12d3-a456-426614174000', '10.0.0.1', 'a')",
+        "ALTER TABLE t MODIFY u CHAR(36), MODIFY i4 VARCHAR(15)",
+        "INSERT INTO t VALUES (2, 'plain text', '1.1.1.1', 'b')", database="to_text")
+    with pytest.raises(CaptureNeedsOperator) as e:
+        _capture(srv, "to_text", tmp_path / "landing2")
+    msg = str(e.value)
+    assert e.value.exit_code == 3 and "to_text.t" in msg and "binlog position mariadb-bin." in msg, msg
+    assert "'u' (now CHAR (CHARACTER SET utf8mb4), written as bytes)" in msg, msg
+    assert "'i4' (now VARCHAR" in msg and "'n'" not in msg and "snapshot" in msg, msg
+    assert "to_text" not in _replay(tmp_path / "landing2"), "nothing of the table landed"
 
 
 def test_rollback_to_savepoint_and_rollback_with_a_myisam_table(mariadb_server: MariaDBServer,  # noqa: F811

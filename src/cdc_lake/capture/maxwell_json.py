@@ -176,13 +176,29 @@ _SPECIAL_TEXT: dict[str, Callable[[bytes], str]] = {
 }
 
 
-def special_converter(data_type: str) -> Callable[[Any], Any] | None:
-    """The converter of a column whose ``information_schema.COLUMNS.DATA_TYPE`` is one of
-    MariaDB's own types (``uuid``, ``inet4``, ``inet6``), else None."""
-    fn = _SPECIAL_TEXT.get(data_type.lower())
-    if fn is None:
+_SPECIAL_SIZE = {"uuid": 16, "inet4": 4, "inet6": 16}
+_BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
+
+
+def _binlog_binary(col: Any) -> bool:
+    """Whether the binlog's own metadata says the column held bytes (binary character set)."""
+    return getattr(col, "character_set_name", None) == "binary"
+
+
+def special_converter(col: Any, today: tuple[str, str | None] | None) -> Callable[[Any], Any] | None:
+    """The converter of one of MariaDB's own types (``uuid``, ``inet4``, ``inet6``: today's
+    ``information_schema.COLUMNS.DATA_TYPE`` in ``today``), or None. Only when the binlog's
+    column is what that type is stored as (a binary string of 16 or 4 bytes): a row written
+    while the column was still ``CHAR(36)`` / ``VARCHAR`` lands its text as it was (the
+    converter crashed on it: tester)."""
+    from pymysqlreplication.constants import FIELD_TYPE as T
+
+    data_type = today[0] if today else ""
+    fn = _SPECIAL_TEXT.get(data_type)
+    size = _SPECIAL_SIZE.get(data_type)
+    if fn is None or getattr(col, "type", None) != T.STRING or not _binlog_binary(col) \
+            or int(getattr(col, "max_length", 0) or 0) != size:
         return None
-    size = 4 if data_type.lower() == "inet4" else 16
 
     def conv(v: Any) -> Any:
         if isinstance(v, str):
@@ -190,3 +206,22 @@ def special_converter(data_type: str) -> Callable[[Any], Any] | None:
         return fn(v.ljust(size, b"\x00"))  # the binlog drops trailing zero bytes
 
     return conv
+
+
+def binary_now_text(col: Any, today: tuple[str, str | None] | None) -> str | None:
+    """Why a binlog column of bytes cannot be landed as the table reads today, or None: the
+    column's type changed since the event was written, from bytes (``BINARY``/``VARBINARY``/
+    ``BLOB``, or ``UUID``/``INET*``, which the binlog cannot tell apart) to text or to one of
+    MariaDB's own types of another size. Its old values would land as base64 (or a made-up
+    address) while later rows land text (a UUID column changed to ``CHAR(36)`` landed
+    ``Ej5FZ+ibEtOkVkJmFBdAAA==``: tester)."""
+    if today is None or not _binlog_binary(col):
+        return None
+    data_type, charset = today
+    size = int(getattr(col, "max_length", 0) or 0)
+    if data_type in _SPECIAL_SIZE:
+        return None if special_converter(col, today) is not None else (
+            f"now {data_type.upper()}, written as {size} bytes")
+    if charset is not None and charset != "binary" and data_type not in _BINARY_TYPES:
+        return f"now {data_type.upper()} (CHARACTER SET {charset}), written as bytes"
+    return None

@@ -48,6 +48,21 @@ def other_binlog(file: str, server: str, start: BinlogPos, state_file: Path,
         f"now: {found['created']} by server id {found['server_id']}): {reset_text()}")
 
 
+def type_changed_since(schema: str, table: str, changed: list[tuple[str, str]],
+                       pos: BinlogPos) -> CaptureNeedsOperator:
+    """A row event of a column that held bytes when it was written and holds text (or another
+    of MariaDB's own types) today (``maxwell_json.binary_now_text``)."""
+    cols = "; ".join(f"{c!r} ({why})" for c, why in changed)
+    return CaptureNeedsOperator(
+        f"{schema}.{table}: the row event at binlog position {pos} was written before an "
+        f"ALTER TABLE changed the type of column(s) {cols}. The binlog holds the old bytes, "
+        "and the capture cannot tell how they read in the new type (a UUID changed to CHAR(36) "
+        "would land as base64 while later rows land text). Nothing of this transaction was "
+        "landed; the capture stops here every run. Rebuild the table from a snapshot (its "
+        "rows as they are now, docs/capture.md \"Refused binlog events\"), or leave the table "
+        "out (--tables / --databases)")
+
+
 def partial_row_image(schema: str, table: str, kind: str, label: str, missing: list[str],
                       pos: BinlogPos) -> CaptureNeedsOperator:
     return CaptureNeedsOperator(

@@ -13,12 +13,13 @@ from typing import Any, Callable, Iterator
 from cdc_lake.capture import charsets
 from cdc_lake.capture.binlog_stream import full_bitmap
 from cdc_lake.capture.ddl import classify_ddl
-from cdc_lake.capture.maxwell_json import converter, enc, json_str
-from cdc_lake.capture.refusals import partial_row_image
+from cdc_lake.capture.maxwell_json import binary_now_text, converter, enc, json_str, special_converter
+from cdc_lake.capture.refusals import partial_row_image, type_changed_since
 from cdc_lake.capture.source_schema import SourceSchema, is_current
 from cdc_lake.capture.state import BinlogPos, CaptureBadValue, CaptureConfigError
 
 Converters = list[tuple[str, Callable[[Any], Any]]]
+Changed = list[tuple[str, str]]  # (column, how its type changed since the binlog was written)
 
 
 class MaxwellLines:
@@ -26,13 +27,13 @@ class MaxwellLines:
 
     def __init__(self, schema: SourceSchema) -> None:
         self.schema = schema  # today's keys, engines, types (cached; cleared by DDL)
-        self._conv_cache: dict[int, tuple[Any, Converters]] = {}
+        self._conv_cache: dict[int, tuple[Any, Converters, Changed]] = {}
 
-    def _converters(self, event: Any) -> Converters:
+    def _converters(self, event: Any) -> tuple[Converters, Changed]:
         tm = event.table_map[event.table_id]
         hit = self._conv_cache.get(event.table_id)
         if hit is not None and hit[0] is tm:
-            return hit[1]
+            return hit[1], hit[2]
         bad = charsets.unsupported_text_columns(event.columns)
         if bad:
             raise CaptureConfigError(
@@ -42,10 +43,13 @@ class MaxwellLines:
                 "bytes, not text). Convert them (ALTER TABLE ... CONVERT TO CHARACTER SET "
                 "utf8mb4) or leave the table out (--tables / --databases); nothing of this "
                 "transaction was landed")
-        special = self.schema.special_types(event.schema, event.table)
-        convs = [(c.name, special.get(c.name) or converter(c)) for c in event.columns]
-        self._conv_cache[event.table_id] = (tm, convs)
-        return convs
+        today = self.schema.column_types(event.schema, event.table)
+        convs = [(c.name, special_converter(c, today.get(c.name)) or converter(c))
+                 for c in event.columns]
+        changed = [(c.name, why) for c in event.columns
+                   if (why := binary_now_text(c, today.get(c.name))) is not None]
+        self._conv_cache[event.table_id] = (tm, convs, changed)
+        return convs, changed
 
     def rows(self, event: Any, kind: str, pos: BinlogPos) -> Iterator[tuple[str, str, str]]:
         """``(undo, head, tail)`` per row; ``undo`` is ``r`` for a transactional table's row (a
@@ -60,7 +64,9 @@ class MaxwellLines:
                 missing = [c.name for i, c in enumerate(event.columns)
                            if bitmap is not None and i < ncols and not bitmap[i // 8] & (1 << (i % 8))]
                 raise partial_row_image(event.schema, event.table, kind, label, missing, pos)
-        convs = self._converters(event)
+        convs, changed = self._converters(event)
+        if changed:
+            raise type_changed_since(event.schema, event.table, changed, pos)
         if any(name is None or str(name).startswith("UNKNOWN_COL") for name, _ in convs):
             raise CaptureConfigError(f"{event.schema}.{event.table}: the binlog has no column names "
                                      "(binlog_row_metadata was not FULL when it was written)")

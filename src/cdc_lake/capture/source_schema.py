@@ -1,6 +1,6 @@
 """What the capture reads from the source server's ``information_schema`` about a table, cached
 per table until the next DDL (:meth:`SourceSchema.clear`): primary key, whether ROLLBACK undoes
-its changes, system versioning, columns of MariaDB's own types. It is today's schema: events
+its changes, system versioning, each column's type and character set. It is today's schema: events
 written before a DDL are read with it too (docs/capture.md, "Limits").
 
 Example::
@@ -14,9 +14,6 @@ Example::
 from __future__ import annotations
 
 from typing import Any, Callable
-
-from cdc_lake.capture.maxwell_json import special_converter
-
 
 def is_current(row_end: Any) -> bool:
     """Whether a system-versioned row's end marks it current: the largest TIMESTAMP(6)
@@ -34,7 +31,7 @@ class SourceSchema:
         self._query = query
         self._pk: dict[tuple[str, str], list[str] | None] = {}
         self._engine: dict[tuple[str, str], bool] = {}
-        self._types: dict[tuple[str, str], dict[str, Callable[[Any], Any]]] = {}
+        self._types: dict[tuple[str, str], dict[str, tuple[str, str | None]]] = {}
         self._versioned: dict[tuple[str, str], tuple[str, list[str]] | None] = {}
 
     def clear(self) -> None:
@@ -88,15 +85,16 @@ class SourceSchema:
             self._versioned[key] = found
         return self._versioned[key]
 
-    def special_types(self, db: str, table: str) -> dict[str, Callable[[Any], Any]]:
-        """Converters of the table's columns of MariaDB's own types (UUID, INET4, INET6), from
-        today's schema (like the key columns; refreshed after DDL)."""
+    def column_types(self, db: str, table: str) -> dict[str, tuple[str, str | None]]:
+        """Today's ``(DATA_TYPE, CHARACTER_SET_NAME)`` per column (the character set is None for
+        non-text types), from ``information_schema.COLUMNS`` (like the key columns: refreshed
+        after DDL). The rows converter compares them with the binlog's own column types
+        (:func:`cdc_lake.capture.maxwell_json.special_converter`, ``binary_now_text``)."""
         key = (db, table)
         if key not in self._types:
             rows = self._query(
-                "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
-                "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE IN ('uuid', 'inet4', 'inet6')",
-                (db, table))
-            self._types[key] = {str(n): c for n, t in rows
-                                     if (c := special_converter(str(t))) is not None}
+                "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_SET_NAME FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, table))
+            self._types[key] = {str(n): (str(t).lower(), None if cs is None else str(cs).lower())
+                                for n, t, cs in rows}
         return self._types[key]
