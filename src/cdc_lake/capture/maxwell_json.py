@@ -181,8 +181,12 @@ _BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longb
 
 
 def _binlog_binary(col: Any) -> bool:
-    """Whether the binlog's own metadata says the column held bytes (binary character set)."""
-    return getattr(col, "character_set_name", None) == "binary"
+    """Whether the binlog's own metadata says the column held bytes: a string or blob type
+    with the binary character set (not MySQL's binary ``JSON``, nor geometry)."""
+    from pymysqlreplication.constants import FIELD_TYPE as T
+
+    return getattr(col, "character_set_name", None) == "binary" and getattr(col, "type", None) in (
+        T.STRING, T.VAR_STRING, T.VARCHAR, T.BLOB, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB)
 
 
 def special_converter(col: Any, today: tuple[str, str | None] | None) -> Callable[[Any], Any] | None:
