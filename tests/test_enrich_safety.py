@@ -419,6 +419,13 @@ def test_aggregate_added_or_changed_on_a_running_pipeline_needs_reprocess(spark,
                          name="p2.yaml")
     code, out = cli(capsys, changed, "--run-id", "r3b")
     assert code == 2 and "outputs.aggregates.units" in out and "sums" in out, out
+    # what feeds a grouped column changed: the join or the dimension's table (tester: a
+    # dimension's columns mapping changed put two kinds of values into one aggregate, exit 0)
+    for i, other in enumerate([YAML.replace("on: {product_id: id}", "on: {line_id: id}"),
+                               YAML.replace("table: lake/products,", "table: lake/products_v2,")]):
+        code, out = cli(capsys, write_yaml(tmp_path, other, name=f"p_in{i}.yaml"), "--run-id", f"r3i{i}")
+        assert code == 2 and "outputs.aggregates.units" in out and "inputs" in out, out
+        assert "--reprocess" in out, out
     code, out = cli(capsys, yaml, "--run-id", "r3c")   # the old YAML still runs
     assert code == 0, out
     code, out = cli(capsys, added, "--run-id", "r4", "--reprocess")

@@ -45,6 +45,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 import os
 import uuid
 from pathlib import Path
@@ -233,12 +234,32 @@ def check_tables(cfg: EnrichConfig) -> None:
 
 # -- aggregate definitions ------------------------------------------------------------------
 def definitions(cfg: EnrichConfig) -> dict[str, dict[str, Any]]:
-    """What defines each aggregate's content: a change to any of it changes every group."""
+    """What defines each aggregate's content: a change to any of it changes every group. That
+    includes ``inputs``: where each column it groups by, sums or buckets by comes from, when a
+    dimension gives it (the dimension's table, join and source column): a dimension's
+    ``columns: {region: name}`` instead of ``{region: region}`` put store names next to regions
+    in one aggregate, exit 0 (tester)."""
     out = {}
     for a in cfg.outputs.aggregates:
+        bucketed = a.time_bucket != "none"
+        used = set(a.group_by) | ({cfg.event_time} if bucketed and cfg.event_time else set())
+        exprs = " ".join(e for _, e in a.sums)
         out[a.name] = {"path": str(a.path), "group_by": list(a.group_by),
                        "time_bucket": a.time_bucket, "sums": [list(s) for s in a.sums],
-                       "event_time": cfg.event_time if a.time_bucket != "none" else None}
+                       "event_time": cfg.event_time if bucketed else None,
+                       "inputs": _lineage(cfg, used, exprs)}
+    return out
+
+
+def _lineage(cfg: EnrichConfig, used: set[str], exprs: str) -> dict[str, dict[str, Any]]:
+    """Per output column a dimension gives that is in ``used`` or named in the sums'
+    expressions ``exprs``: the dimension, its table, SCD kind, join and source column."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in cfg.dimensions:
+        for name, source in d.columns:
+            if name in used or re.search(r"(?<![\w`])`?" + re.escape(name) + r"`?(?![\w`])", exprs):
+                out[name] = {"dimension": d.name, "table": str(d.table), "scd": d.scd,
+                             "on": [list(p) for p in d.on], "column": source}
     return out
 
 
@@ -271,14 +292,15 @@ def check_definitions(cfg: EnrichConfig) -> None:
         before = {n: d for n, d in now.items() if _is_table(Path(d["path"]))}
     for name, d in now.items():
         old = before.get(name)
-        if old == d:
-            continue
+        if old is not None and all(old.get(k) == v for k, v in d.items() if k in old):
+            continue  # (a record of an older version lacks "inputs": it is recorded below)
         if old is None:
             what = (f"is new on a pipeline that has already processed fact changes "
                     f"(checkpoint {cfg.checkpoint_path}): maintained incrementally from now on, "
                     f"it would count only the facts processed from now on")
         else:
-            diff = ", ".join(f"{k}: {old.get(k)!r} -> {d.get(k)!r}" for k in d if old.get(k) != d.get(k))
+            diff = ", ".join(f"{k}: {old.get(k)!r} -> {d.get(k)!r}" for k in d
+                             if k in old and old.get(k) != d.get(k))
             what = (f"changed since the pipeline's committed batches were counted ({diff}): its "
                     f"stored groups were computed with the old definition, and signed deltas "
                     f"from now on would mix both")
