@@ -112,6 +112,13 @@ def test_an_integer_sum_beyond_bigint_within_one_batch_names_the_aggregate(spark
     assert isinstance(found, AggregateOverflow), e.value
     assert re.search(r"outputs\.aggregates\.units\.sums\.units \('qty'\) adds up to more than a "
                      r"bigint holds within one batch", str(found)), found
+    assert f': {2 * BIG} in group {{"category":"a"}}' in str(found), found  # (tester: unnamed)
+    assert "check the other integer sums" in str(found), found
+    # a decimal sum's recovery says that fewer decimals round each value (the advice
+    # DECIMAL(38,0) summed whole numbers, exit 0: tester); an integer sum's stays exact
+    dec = str(AggregateOverflow(cfg, "units", "units", "would reach ...", scale=10))
+    assert "CAST(qty AS DECIMAL(38,5))" in dec and "ROUNDED" in dec and "DOUBLE" in dec, dec
+    assert "(exact for integers)" in str(found) and "ROUNDED" not in str(found), found
     ok = {r["category"]: r["units"] for r in aggregate_deltas(None, rows.where("category = 'b'"),
                                                                 units, None).collect()}
     assert ok == {"b": 7}

@@ -47,14 +47,25 @@ class AggregateOverflow(PipelineStateError):
     """An aggregate sum would leave its column's type (exit 3): nothing of the batch was
     written; the recovery widens the sum and rebuilds."""
 
-    def __init__(self, cfg: EnrichConfig, aggregate: str, column: str, detail: str) -> None:
+    def __init__(self, cfg: EnrichConfig, aggregate: str, column: str, detail: str,
+                 scale: int = 0) -> None:
         expr = dict(next(a for a in cfg.outputs.aggregates if a.name == aggregate).sums)[column]
+        if scale > 0:  # a decimal sum: no wider decimal exists; a cast to fewer decimals rounds
+            # (the advice DECIMAL(38,0) summed whole numbers, exit 0: tester)
+            widen = (f"a decimal sum keeps at most {38 - scale} integer digits with its "
+                     f"{scale} decimals and Spark has no wider decimal: keep fewer decimals, "
+                     f"e.g. sums: {{{column}: \"CAST({expr} AS DECIMAL(38,{max(scale // 2, 0)}))\"}} "
+                     f"(each value is ROUNDED to that many decimals before it is summed; "
+                     f"DECIMAL(38,0) sums whole numbers), or CAST({expr} AS DOUBLE) (about 16 "
+                     "significant digits, not exact)")
+        else:
+            widen = (f"sum a wider type, e.g. sums: {{{column}: \"CAST({expr} AS DECIMAL(38,0))\"}} "
+                     "(exact for integers)")
         super().__init__(
             f"pipeline {cfg.name!r}: outputs.aggregates.{aggregate}.sums.{column} "
-            f"({expr!r}) {detail}; nothing of this batch was written. Recovery: sum a wider type, "
-            f"e.g. sums: {{{column}: \"CAST({expr} AS DECIMAL(38,0))\"}} (or "
-            f"DECIMAL(38,<scale>)), then spark-submit spark_jobs/enrich.py --pipeline "
-            f"{cfg.file} --reprocess (a changed aggregate is rebuilt)")
+            f"({expr!r}) {detail}; nothing of this batch was written. Recovery: {widen}, then "
+            f"spark-submit spark_jobs/enrich.py --pipeline {cfg.file} --reprocess (a changed "
+            "aggregate is rebuilt)")
 
 
 def overflow_in(cfg: EnrichConfig, error: BaseException) -> AggregateOverflow | None:
@@ -64,8 +75,12 @@ def overflow_in(cfg: EnrichConfig, error: BaseException) -> AggregateOverflow | 
     if m is None:
         return None
     info = json.loads(m.group(1))
-    return AggregateOverflow(cfg, info["aggregate"], info["column"],
-                             "adds up to more than a bigint holds within one batch")
+    where = re.search(re.escape(m.group(0)) + r" group (.*?) batch total (-?\d+) \.", str(error))
+    detail = "adds up to more than a bigint holds within one batch" + (
+        f": {where.group(2)} in group {where.group(1)}" if where else "")
+    return AggregateOverflow(cfg, info["aggregate"], info["column"], detail + (
+        " (a batch stops at the first sum found too large: check the other integer sums of "
+        "the pipeline's aggregates before the --reprocess)"))
 
 
 def _bucket(agg: AggregateConfig, event_time: str | None) -> list[Column]:
@@ -121,7 +136,7 @@ def aggregate_deltas(old: DataFrame | None, new: DataFrame, agg: AggregateConfig
     groups = list(agg.group_columns)
     sums = [name for name, _ in agg.sums]
     out = parts.groupBy(*[F.col(f"`{g}`") for g in groups]).agg(
-        *[_sum(agg, s, kinds[s]) for s in sums], F.sum(COUNT).alias(COUNT))
+        *[_sum(agg, s, kinds[s], groups) for s in sums], F.sum(COUNT).alias(COUNT))
     nonzero = F.col(COUNT) != 0
     for s in sums:
         nonzero = nonzero | (F.col(f"`{s}`") != 0)
@@ -130,16 +145,20 @@ def aggregate_deltas(old: DataFrame | None, new: DataFrame, agg: AggregateConfig
                                      F.col(COUNT).cast("bigint").alias(COUNT))
 
 
-def _sum(agg: AggregateConfig, name: str, kind: T.DataType) -> Column:
+def _sum(agg: AggregateConfig, name: str, kind: T.DataType, groups: list[str]) -> Column:
     """The batch's delta of one sum; an integer sum as bigint, its exact decimal total checked
-    (a tagged error names aggregate and column instead of Spark's bare ARITHMETIC_OVERFLOW)."""
+    (a tagged error names aggregate, column, group and total instead of Spark's bare
+    ARITHMETIC_OVERFLOW)."""
     total = F.sum(F.col(f"`{name}`"))
     if not isinstance(kind, _INTEGRAL):
         return total.alias(name)
     tag = json.dumps({"aggregate": agg.name, "column": name})
     fits = F.abs(total) <= F.lit(_BIGINT_MAX).cast("decimal(38,0)")
+    group = F.to_json(F.struct(*[F.col(f"`{g}`") for g in groups])) if groups else F.lit("{}")
+    error = F.concat(F.lit(f"[{_TAG} {tag}] group "), group, F.lit(" batch total "),
+                     total.cast("string"), F.lit(" ."))
     return F.when(fits | total.isNull(), total.cast("bigint")).otherwise(
-        F.raise_error(F.lit(f"[{_TAG} {tag}]")).cast("bigint")).alias(name)
+        F.raise_error(error).cast("bigint")).alias(name)
 
 
 def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> None:
@@ -172,7 +191,8 @@ def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> 
                 if abs(new) > limits[n]:
                     raise AggregateOverflow(
                         cfg, agg.name, n, f"would reach {new} in group {row[GROUP_KEY]} (stored "
-                        f"{old}, this batch {row[n]:+}), beyond its column type {types[n]}")
+                        f"{old}, this batch {row[n]:+}), beyond its column type {types[n]}",
+                        scale=int(getattr(types[n], "scale", 0) or 0))
 
 
 def _stored_bound(path: Any, names: list[str]) -> dict[str, int]:
