@@ -52,8 +52,12 @@ def pending_merge(keys: tuple[str, ...]) -> MergeSpec:
 
 def raw_line(norm: DataFrame, fact_cols: list[str]) -> Column:
     """A quarantined fact as text: an events line Spark could not read as it was (its corrupt
-    record), otherwise the fact's columns as JSON."""
-    as_json = F.to_json(F.struct(*[F.col(f"`{c}`") for c in fact_cols if c in norm.columns]))
+    record), otherwise the fact's columns as JSON (the values the job read, in the schema's
+    types; timestamps to the microsecond: Spark's default format cut them to milliseconds,
+    tester)."""
+    as_json = F.to_json(F.struct(*[F.col(f"`{c}`") for c in fact_cols if c in norm.columns]),
+                        {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+                         "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"})
     # valid UTF-8 (a byte such as \xff of a landed line kept as it was made the shared
     # quarantine table unreadable by Arrow/pandas: tester), as the CDC quarantine does
     return F.make_valid_utf8(F.coalesce(F.col(CORRUPT), as_json) if CORRUPT in norm.columns
