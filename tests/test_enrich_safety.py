@@ -17,6 +17,7 @@ here from the upstream tables alone (no import from ``cdc_lake.enrich``):
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -548,6 +549,29 @@ def test_an_unreadable_record_a_check_depends_on_stops_the_run(tmp_path: Path) -
         assert str(f) in str(e.value) and "truncated or corrupt" in str(e.value), str(e.value)
         assert "--reprocess" in str(e.value) and "mv " in str(e.value), str(e.value)
         f.unlink()
+
+
+def test_a_definitions_record_of_an_older_version_is_upgraded_not_refused(tmp_path: Path) -> None:
+    """A record written before aggregates recorded their ``inputs`` (where a grouped dimension
+    column comes from) is accepted as it is and rewritten with them; a change after that is
+    refused (exit 2)."""
+    from cdc_lake.enrich.state import DEFINITIONS_FILE, check_definitions, definitions
+
+    cfg = load_pipeline(write_yaml(tmp_path))
+    (cfg.checkpoint_path / "commits").mkdir(parents=True)
+    (cfg.checkpoint_path / "commits" / "0").write_text("v1\n{}\n")
+    f = cfg.checkpoint_path / DEFINITIONS_FILE
+    old = {n: {k: v for k, v in d.items() if k != "inputs"} for n, d in definitions(cfg).items()}
+    f.write_text(json.dumps({"aggregates": old}))
+    check_definitions(cfg)
+    assert json.loads(f.read_text())["aggregates"]["units"]["inputs"] == {"category": {
+        "dimension": "products", "table": str(tmp_path / "lake/products"), "scd": 1,
+        "on": [["product_id", "id"]], "column": "cat"}}
+    other = load_pipeline(write_yaml(tmp_path, YAML.replace("columns: {category: cat}",
+                                                            "columns: {category: id}"), name="o.yaml"))
+    with pytest.raises(ConfigError) as e:
+        check_definitions(other)
+    assert "inputs" in str(e.value) and "'column': 'cat'" in str(e.value), str(e.value)
 
 
 def test_a_replay_planned_on_a_version_the_table_no_longer_has_is_exit_3(spark, tmp_path: Path) -> None:
