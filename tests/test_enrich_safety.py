@@ -574,6 +574,35 @@ def test_a_definitions_record_of_an_older_version_is_upgraded_not_refused(tmp_pa
     assert "inputs" in str(e.value) and "'column': 'cat'" in str(e.value), str(e.value)
 
 
+def test_aggregate_inputs_follow_names_in_any_case_and_through_earlier_joins(tmp_path: Path) -> None:
+    """Tester: a sum naming ``PRICE`` (Spark resolves it to ``price``) and a group column of a
+    dimension joined on an earlier dimension's output were not followed: a changed mapping of
+    either regrouped the aggregate with exit 0."""
+    from cdc_lake.enrich.state import check_definitions, definitions
+
+    chained = YAML.replace("columns: {category: cat}}", """columns: {category: cat}}
+      cats: {table: lake/cats, keys: [code], scd: 1, on: {category: code}, columns: {grp: name}}""")
+    chained = chained.replace("units: {group_by: [category], sums: {units: qty}}",
+                              'units: {group_by: [grp], sums: {units: "LENGTH(CATEGORY) * qty"}}')
+    cfg = load_pipeline(write_yaml(tmp_path, chained))
+    inputs = definitions(cfg)["units"]["inputs"]
+    assert {n: i["column"] for n, i in inputs.items()} == {"grp": "name", "category": "cat"}, inputs
+    check_definitions(cfg)  # no batch committed yet: recorded
+    (cfg.checkpoint_path / "commits").mkdir(parents=True)
+    (cfg.checkpoint_path / "commits" / "0").write_text("v1\n{}\n")
+    check_definitions(cfg)  # unchanged
+    for i, other in enumerate([chained.replace("columns: {category: cat}", "columns: {category: id}"),
+                               chained.replace("LENGTH(CATEGORY)", "LENGTH(category)")]):
+        changed = load_pipeline(write_yaml(tmp_path, other, name=f"o{i}.yaml"))
+        if i == 0:
+            with pytest.raises(ConfigError) as e:
+                check_definitions(changed)
+            assert "inputs" in str(e.value) and "--reprocess" in str(e.value), str(e.value)
+        else:  # only the sums' text changed: refused as a changed sum, as before
+            with pytest.raises(ConfigError, match="sums"):
+                check_definitions(changed)
+
+
 def test_a_replay_planned_on_a_version_the_table_no_longer_has_is_exit_3(spark, tmp_path: Path) -> None:
     """Tester: an enrichment batch killed after pinning ``dim:orders=4``, then orders rebuilt by
     the CDC job's documented recovery (version 0): every retry failed with delta-rs's

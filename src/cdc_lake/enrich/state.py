@@ -253,13 +253,25 @@ def definitions(cfg: EnrichConfig) -> dict[str, dict[str, Any]]:
 
 def _lineage(cfg: EnrichConfig, used: set[str], exprs: str) -> dict[str, dict[str, Any]]:
     """Per output column a dimension gives that is in ``used`` or named in the sums'
-    expressions ``exprs``: the dimension, its table, SCD kind, join and source column."""
+    expressions ``exprs`` (case-insensitive, as Spark resolves names): the dimension, its table,
+    SCD kind, join and source column; and so on for the columns its join takes from an earlier
+    dimension, and for the event time an SCD2 dimension joins as of (a changed mapping of
+    either regrouped the aggregate, exit 0: tester)."""
+    producer = {name.lower(): (name, d, source) for d in cfg.dimensions for name, source in d.columns}
+    wanted = {u.lower() for u in used}
+    todo = [n for n in producer if n in wanted or re.search(
+        r"(?<![\w`])`?" + re.escape(n) + r"`?(?![\w`])", exprs, re.IGNORECASE)]
     out: dict[str, dict[str, Any]] = {}
-    for d in cfg.dimensions:
-        for name, source in d.columns:
-            if name in used or re.search(r"(?<![\w`])`?" + re.escape(name) + r"`?(?![\w`])", exprs):
-                out[name] = {"dimension": d.name, "table": str(d.table), "scd": d.scd,
-                             "on": [list(p) for p in d.on], "column": source}
+    while todo:
+        name, d, source = producer[todo.pop()]
+        if name in out:
+            continue
+        out[name] = {"dimension": d.name, "table": str(d.table), "scd": d.scd,
+                     "on": [list(p) for p in d.on], "column": source}
+        upstream = [c for c, _ in d.on] + ([cfg.event_time] if d.scd == 2 and cfg.event_time else [])
+        if d.scd == 2:
+            out[name]["as_of"] = cfg.event_time
+        todo += [c.lower() for c in upstream if c.lower() in producer]
     return out
 
 
