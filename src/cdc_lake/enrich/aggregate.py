@@ -48,9 +48,12 @@ class AggregateOverflow(PipelineStateError):
     written; the recovery widens the sum and rebuilds."""
 
     def __init__(self, cfg: EnrichConfig, aggregate: str, column: str, detail: str,
-                 scale: int = 0) -> None:
+                 scale: int = 0, decimal: bool = False) -> None:
         expr = dict(next(a for a in cfg.outputs.aggregates if a.name == aggregate).sums)[column]
-        if scale > 0:  # a decimal sum: no wider decimal exists; a cast to fewer decimals rounds
+        if decimal and scale == 0:
+            widen = (f"no decimal holds more than 38 digits: sum CAST({expr} AS DOUBLE) (about 16 "
+                     "significant digits, not exact)")
+        elif scale > 0:  # a decimal sum: no wider decimal exists; a cast to fewer decimals rounds
             # (the advice DECIMAL(38,0) summed whole numbers, exit 0: tester)
             widen = (f"a decimal sum keeps at most {38 - scale} integer digits with its "
                      f"{scale} decimals and Spark has no wider decimal: keep fewer decimals, "
@@ -75,12 +78,15 @@ def overflow_in(cfg: EnrichConfig, error: BaseException) -> AggregateOverflow | 
     if m is None:
         return None
     info = json.loads(m.group(1))
-    where = re.search(re.escape(m.group(0)) + r" group (.*?) batch total (-?\d+) \.", str(error))
-    detail = "adds up to more than a bigint holds within one batch" + (
-        f": {where.group(2)} in group {where.group(1)}" if where else "")
+    scale = int(info.get("scale", 0))
+    where = re.search(re.escape(m.group(0)) + r" group (.*?) batch total (-?\d+|beyond) \.", str(error))
+    holds = "its decimal(38,%d) type holds" % scale if "scale" in info else "a bigint holds"
+    detail = f"adds up to more than {holds} within one batch" + (
+        "" if where is None else f" in group {where.group(1)}" if where.group(2) == "beyond"
+        else f": {where.group(2)} in group {where.group(1)}")
     return AggregateOverflow(cfg, info["aggregate"], info["column"], detail + (
-        " (a batch stops at the first sum found too large: check the other integer sums of "
-        "the pipeline's aggregates before the --reprocess)"))
+        " (a batch stops at the first sum found too large: check the other sums of "
+        "the pipeline's aggregates before the --reprocess)"), scale=scale, decimal="scale" in info)
 
 
 def _bucket(agg: AggregateConfig, event_time: str | None) -> list[Column]:
@@ -149,12 +155,20 @@ def _sum(agg: AggregateConfig, name: str, kind: T.DataType, groups: list[str]) -
     """The batch's delta of one sum; an integer sum as bigint, its exact decimal total checked
     (a tagged error names aggregate, column, group and total instead of Spark's bare
     ARITHMETIC_OVERFLOW)."""
-    total = F.sum(F.col(f"`{name}`"))
+    value = F.col(f"`{name}`")
+    total = F.sum(value)
+    group = F.to_json(F.struct(*[F.col(f"`{g}`") for g in groups])) if groups else F.lit("{}")
+    if isinstance(kind, T.DecimalType):  # beyond its decimal(38,s): Spark's bare overflow, exit 1
+        tag = json.dumps({"aggregate": agg.name, "column": name, "scale": kind.scale})
+        total = F.try_sum(value)  # null when the total leaves the type (second tester)
+        error = F.concat(F.lit(f"[{_TAG} {tag}] group "), group, F.lit(" batch total "),
+                         F.lit("beyond"), F.lit(" ."))
+        return F.when(total.isNotNull() | (F.count(value) == 0), total).otherwise(
+            F.raise_error(error).cast(kind)).alias(name)
     if not isinstance(kind, _INTEGRAL):
         return total.alias(name)
     tag = json.dumps({"aggregate": agg.name, "column": name})
     fits = F.abs(total) <= F.lit(_BIGINT_MAX).cast("decimal(38,0)")
-    group = F.to_json(F.struct(*[F.col(f"`{g}`") for g in groups])) if groups else F.lit("{}")
     error = F.concat(F.lit(f"[{_TAG} {tag}] group "), group, F.lit(" batch total "),
                      total.cast("string"), F.lit(" ."))
     return F.when(fits | total.isNull(), total.cast("bigint")).otherwise(
@@ -165,6 +179,8 @@ def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> 
     """Before any write of a batch: every integer or decimal sum of every aggregate, stored
     value plus this batch's delta, must fit its column (the engines' MERGE arithmetic wraps a
     bigint round silently: delta-rs 1.6 gave -8446744073709551615 for 5e18+1 + 5e18)."""
+    import pyarrow as pa
+
     for agg in cfg.outputs.aggregates:
         source = sources.get(f"aggregate:{agg.name}")
         if source is None or engine.known_empty(source):
@@ -192,7 +208,8 @@ def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> 
                     raise AggregateOverflow(
                         cfg, agg.name, n, f"would reach {new} in group {row[GROUP_KEY]} (stored "
                         f"{old}, this batch {row[n]:+}), beyond its column type {types[n]}",
-                        scale=int(getattr(types[n], "scale", 0) or 0))
+                        scale=int(getattr(types[n], "scale", 0) or 0),
+                        decimal=pa.types.is_decimal(types[n]))
 
 
 def _stored_bound(path: Any, names: list[str]) -> dict[str, int]:
