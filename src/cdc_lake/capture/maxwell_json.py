@@ -218,7 +218,9 @@ def binary_now_text(col: Any, today: tuple[str, str | None] | None) -> str | Non
     ``BLOB``, or ``UUID``/``INET*``, which the binlog cannot tell apart) to text or to one of
     MariaDB's own types of another size. Its old values would land as base64 (or a made-up
     address) while later rows land text (a UUID column changed to ``CHAR(36)`` landed
-    ``Ej5FZ+ibEtOkVkJmFBdAAA==``: tester)."""
+    ``Ej5FZ+ibEtOkVkJmFBdAAA==``: tester). Bytes of the new type's size are landed in it:
+    ``BINARY(16)`` -> ``UUID`` as the text the table shows now; the binlog cannot tell a
+    ``UUID`` <-> ``INET6`` change from that (MariaDB sets those values NULL; docs/capture.md)."""
     if today is None or not _binlog_binary(col):
         return None
     data_type, charset = today

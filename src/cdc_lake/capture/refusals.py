@@ -54,8 +54,9 @@ def type_changed_since(schema: str, table: str, changed: list[tuple[str, str]],
     of MariaDB's own types) today (``maxwell_json.binary_now_text``)."""
     cols = "; ".join(f"{c!r} ({why})" for c, why in changed)
     return CaptureNeedsOperator(
-        f"{schema}.{table}: the row event at binlog position {pos} was written before an "
-        f"ALTER TABLE changed the type of column(s) {cols}. The binlog holds the old bytes, "
+        f"{schema}.{table}: the row event at binlog position {pos} was written before the "
+        f"type of column(s) {cols} changed (an ALTER TABLE, or the table dropped and created "
+        "again). The binlog holds the old bytes, "
         "and the capture cannot tell how they read in the new type (a UUID changed to CHAR(36) "
         "would land as base64 while later rows land text). Nothing of this transaction was "
         "landed; the capture stops here every run. Rebuild the table from a snapshot (its "
