@@ -127,6 +127,17 @@ def test_an_integer_sum_beyond_bigint_within_one_batch_names_the_aggregate(spark
     assert isinstance(dec, AggregateOverflow), e.value
     assert 'decimal(38,10) type holds within one batch in group {"category":"a"}' in str(dec), dec
     assert "ROUNDED" in str(dec), dec
+    # Spark's arithmetic overflowing elsewhere (a sums expression per fact, ``qty * 2``): exit 3
+    # naming the sums expressions, not Spark's bare error, exit 1, retried for ever (tester)
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.enrich.aggregate import ExpressionOverflow
+
+    with pytest.raises(Exception) as e:
+        spark.range(1).selectExpr("9223372036854775807L * 2 AS q").collect()
+    expr = overflow_in(cfg, e.value)
+    assert isinstance(expr, ExpressionOverflow) and isinstance(expr, PipelineStateError), e.value  # exit 3
+    assert "ARITHMETIC_OVERFLOW" in str(expr) and "units.units = 'qty'" in str(expr), expr
+    assert "CAST(qty AS DECIMAL(38,0)) * 2" in str(expr) and "--reprocess" in str(expr), expr
     # a decimal sum's recovery says that fewer decimals round each value (the advice
     # DECIMAL(38,0) summed whole numbers, exit 0: tester); an integer sum's stays exact
     dec = str(AggregateOverflow(cfg, "units", "units", "would reach ...", scale=10))

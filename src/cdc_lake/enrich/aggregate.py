@@ -71,12 +71,34 @@ class AggregateOverflow(PipelineStateError):
             "aggregate is rebuilt)")
 
 
-def overflow_in(cfg: EnrichConfig, error: BaseException) -> AggregateOverflow | None:
-    """The overflow a batch's Spark job raised for an integer sum (tagged by
-    :func:`aggregate_deltas`), found in the error's text, else None."""
+class ExpressionOverflow(PipelineStateError):
+    """Spark's arithmetic overflowed in the batch outside the sums' totals, most likely in a
+    sums expression evaluated per fact (``qty * 2`` beyond bigint): the same data stops every
+    retry the same way (exit 3, not Spark's exit 1, retried for ever: tester)."""
+
+    def __init__(self, cfg: EnrichConfig, spark_message: str) -> None:
+        exprs = "; ".join(f"{a.name}.{n} = {e!r}" for a in cfg.outputs.aggregates for n, e in a.sums)
+        super().__init__(
+            f"pipeline {cfg.name!r}: Spark's arithmetic overflowed while computing a batch "
+            f"({spark_message}); nothing of this batch was written, and every retry stops the "
+            f"same way. The sums expressions of outputs.aggregates: {exprs or 'none'}. Recovery: "
+            "make the expression that overflows compute in a wider type (e.g. "
+            "\"CAST(qty AS DECIMAL(38,0)) * 2\" instead of \"qty * 2\"), then spark-submit "
+            f"spark_jobs/enrich.py --pipeline {cfg.file} --reprocess (a changed aggregate is "
+            "rebuilt)")
+
+
+def overflow_in(cfg: EnrichConfig, error: BaseException) -> PipelineStateError | None:
+    """The overflow a batch's Spark job raised for a sum (tagged by :func:`aggregate_deltas`),
+    found in the error's text; any other arithmetic overflow of Spark as an
+    :class:`ExpressionOverflow`; else None."""
     m = re.search(r"\[" + re.escape(_TAG) + r" (\{.*?\})\]", str(error))
     if m is None:
-        return None
+        spark = re.search(r"\[ARITHMETIC_OVERFLOW\][^\n]*", str(error))
+        if spark is None:
+            return None
+        text = re.sub(r"\s*If necessary set .*$|\s*SQLSTATE.*$", "", spark.group(0))[:300]
+        return ExpressionOverflow(cfg, text)
     info = json.loads(m.group(1))
     scale = int(info.get("scale", 0))
     where = re.search(re.escape(m.group(0)) + r" group (.*?) batch total (-?\d+|beyond) \.", str(error))
