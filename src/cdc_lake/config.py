@@ -45,6 +45,29 @@ TYPE_RE = re.compile(
     r"|decimal\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\))$",
     re.IGNORECASE,
 )
+# Spark SQL's other names of those types (``types: {x: long}`` was refused: tester)
+_TYPE_ALIASES = {"long": "bigint", "short": "smallint", "byte": "tinyint", "real": "float"}
+
+
+def spark_type(t: object) -> str | None:
+    """A ``types:`` / ``schema:`` value as the Spark SQL type name the job records, or None when
+    it is not one of :data:`TYPE_RE` (or Spark's other names: ``long``, ``short``, ``byte``,
+    ``real``, ``dec(p,s)`` / ``numeric(p,s)``).
+
+    Example::
+
+        spark_type("Long")            # 'bigint'
+        spark_type("numeric(10, 2)")  # 'decimal(10,2)'
+        spark_type("varchar")         # None
+    """
+    if not isinstance(t, str):
+        return None
+    name = t.strip().lower().replace(" ", "")
+    name = _TYPE_ALIASES.get(name, name)
+    name = re.sub(r"^(dec|numeric)(?=\()", "decimal", name)
+    return name if TYPE_RE.match(name) else None
+
+
 DEFAULT_DELTA_PACKAGES = "io.delta:delta-spark_2.13:4.4.1"
 # Spark's file source forgets (and then ignores) files whose mtime is older than the newest seen
 # file minus maxFileAge (default 7 days): a late-landed file with an old mtime would be skipped

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (NAME_RE, TRIGGERS, TYPE_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
-                             parse_maintenance, parse_runtime, parse_schedule)
+from cdc_lake.config import (NAME_RE, TRIGGERS, ConfigError, DeltaSparkSettings, Reader, Schedule,
+                             parse_maintenance, parse_runtime, parse_schedule, spark_type)
 from cdc_lake.launch import FULL_JIT_FROM_MB, INTERPRETED_BELOW_MB
 from cdc_lake.locks import LockSettings
 from cdc_lake.paths import overlap
@@ -143,10 +143,11 @@ def _parse_table(r: Reader, name: str, source_format: str, default_db: str | Non
         raise r.fail("types", f"expected a mapping column -> Spark type, got {types_raw!r}")
     types: dict[str, str] = {}
     for col, t in types_raw.items():
-        if not isinstance(t, str) or not TYPE_RE.match(t.strip()):
+        spark_t = spark_type(t)
+        if spark_t is None:
             raise r.fail(f"types.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
                          "bigint, string, decimal(10,2), date, timestamp")
-        types[str(col)] = t.strip().lower().replace(" ", "")
+        types[str(col)] = spark_t
     scd = r.scd()
     return TableConfig(
         name=name,

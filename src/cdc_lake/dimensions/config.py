@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cdc_lake.config import (NAME_RE, TYPE_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
-                             parse_maintenance, parse_runtime, parse_schedule)
+from cdc_lake.config import (NAME_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
+                             parse_maintenance, parse_runtime, parse_schedule, spark_type)
 from cdc_lake.locks import LockSettings
 
 SNAPSHOT_FORMATS = ("csv", "parquet")
@@ -181,10 +181,11 @@ def _schema(r: Reader, keys: tuple[str, ...], scd: int) -> dict[str, str] | None
         raise r.fail("schema", f"expected a mapping column -> Spark type, got {raw!r}")
     out: dict[str, str] = {}
     for col, t in raw.items():
-        if not isinstance(t, str) or not TYPE_RE.match(t.strip()):
+        spark_t = spark_type(t)
+        if spark_t is None:
             raise r.fail(f"schema.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
                          "int, bigint, string, decimal(10,2), date, timestamp")
-        out[str(col)] = t.strip().lower().replace(" ", "")
+        out[str(col)] = spark_t
     missing = [k for k in keys if k not in out]
     if missing:
         raise r.fail("schema", f"must include the key columns {missing}")
