@@ -100,15 +100,14 @@ def overflow_in(cfg: EnrichConfig, error: BaseException) -> PipelineStateError |
         text = re.sub(r"\s*If necessary set .*$|\s*SQLSTATE.*$", "", spark.group(0))[:300]
         return ExpressionOverflow(cfg, text)
     info = json.loads(m.group(1))
-    scale = int(info.get("scale", 0))
-    where = re.search(re.escape(m.group(0)) + r" group (.*?) batch total (-?\d+|beyond) \.", str(error))
-    holds = "its decimal(38,%d) type holds" % scale if "scale" in info else "a bigint holds"
-    detail = f"adds up to more than {holds} within one batch" + (
-        "" if where is None else f" in group {where.group(1)}" if where.group(2) == "beyond"
-        else f": {where.group(2)} in group {where.group(1)}")
+    where = re.search(re.escape(m.group(0)) + r" group (.*?) batch total (.*?) \.", str(error))
+    detail = f"adds up to more than {'its ' + info['type'] if 'type' in info else 'a bigint'} " \
+             "holds within one batch" + ("" if where is None else f" (batch total "
+                                         f"{where.group(2)}) in group {where.group(1)}")
     return AggregateOverflow(cfg, info["aggregate"], info["column"], detail + (
         " (a batch stops at the first sum found too large: check the other sums of "
-        "the pipeline's aggregates before the --reprocess)"), scale=scale, decimal="scale" in info)
+        "the pipeline's aggregates before the --reprocess)"), scale=int(info.get("scale", 0)),
+        decimal="type" in info)
 
 
 def _bucket(agg: AggregateConfig, event_time: str | None) -> list[Column]:
@@ -174,27 +173,28 @@ def aggregate_deltas(old: DataFrame | None, new: DataFrame, agg: AggregateConfig
 
 
 def _sum(agg: AggregateConfig, name: str, kind: T.DataType, groups: list[str]) -> Column:
-    """The batch's delta of one sum; an integer sum as bigint, its exact decimal total checked
-    (a tagged error names aggregate, column, group and total instead of Spark's bare
-    ARITHMETIC_OVERFLOW)."""
+    """The batch's delta of one sum; an integer sum as bigint, its exact decimal total checked;
+    a decimal sum checked against the type Spark sums it in (a tagged error names aggregate,
+    column, group and total instead of Spark's bare ARITHMETIC_OVERFLOW, exit 1)."""
     value = F.col(f"`{name}`")
-    total = F.sum(value)
     group = F.to_json(F.struct(*[F.col(f"`{g}`") for g in groups])) if groups else F.lit("{}")
-    if isinstance(kind, T.DecimalType):  # beyond its decimal(38,s): Spark's bare overflow, exit 1
-        tag = json.dumps({"aggregate": agg.name, "column": name, "scale": kind.scale})
-        total = F.try_sum(value)  # null when the total leaves the type (second tester)
-        error = F.concat(F.lit(f"[{_TAG} {tag}] group "), group, F.lit(" batch total "),
-                         F.lit("beyond"), F.lit(" ."))
+
+    def tagged(total_text: Column, **extra: Any) -> Column:
+        tag = json.dumps({"aggregate": agg.name, "column": name, **extra})
+        return F.raise_error(F.concat(F.lit(f"[{_TAG} {tag}] group "), group,
+                                      F.lit(" batch total "), total_text, F.lit(" .")))
+
+    if isinstance(kind, T.DecimalType):  # Spark sums decimal(p,s) as decimal(min(38,p+10),s)
+        total = F.try_sum(value)  # null when the total leaves that type (second tester)
+        sum_type = f"decimal({min(38, kind.precision + 10)},{kind.scale})"
         return F.when(total.isNotNull() | (F.count(value) == 0), total).otherwise(
-            F.raise_error(error).cast(kind)).alias(name)
+            tagged(F.lit("beyond it"), type=sum_type, scale=kind.scale).cast(kind)).alias(name)
+    total = F.sum(value)
     if not isinstance(kind, _INTEGRAL):
         return total.alias(name)
-    tag = json.dumps({"aggregate": agg.name, "column": name})
     fits = F.abs(total) <= F.lit(_BIGINT_MAX).cast("decimal(38,0)")
-    error = F.concat(F.lit(f"[{_TAG} {tag}] group "), group, F.lit(" batch total "),
-                     total.cast("string"), F.lit(" ."))
     return F.when(fits | total.isNull(), total.cast("bigint")).otherwise(
-        F.raise_error(error).cast("bigint")).alias(name)
+        tagged(total.cast("string")).cast("bigint")).alias(name)
 
 
 def check_ranges(engine: Engine, cfg: EnrichConfig, sources: dict[str, Any]) -> None:

@@ -45,8 +45,8 @@ Example::
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
