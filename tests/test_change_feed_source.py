@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows
 
 from cdc_lake.sources.cdf_datasource import ChangeFeedStreamReader, read_versions, table_schema
@@ -272,6 +272,47 @@ def test_rewrite_tagged_same_rows_is_skipped_untagged_is_refused(tmp_path):
     write_deltalake(path, rows, mode="overwrite", configuration=CDF)  # v7: untagged rewrite
     err = _unavailable(_reader(path, starting_version=4))
     assert "version 7 is a rewrite" in err.reason
+
+
+def test_delta_spark_batches_drop_same_rows_rewrites_and_refuse_others(spark, tmp_path):
+    """delta-spark's change feed reads a rewrite of the same rows (a type widening) as a delete
+    and an insert of every row, as delta-rs's ``load_cdf`` does; the enrichment's guard for
+    that leg drops those rows (left in, every fact was enriched again with today's dimension
+    versions; reviewer I) and refuses an untagged rewrite. Run on ``load_cdf``'s frames (no
+    Delta jars here); the versions to drop are found by the test in the JSON log."""
+    import json
+
+    from cdc_lake.enrich.job import same_rows_guard
+    from cdc_lake.sources.delta_log import SAME_ROWS
+
+    path = str(tmp_path / "t")
+    _history(path)  # v0..v4
+    rows = DeltaTable(path).to_pyarrow_table()
+    write_deltalake(path, rows, mode="overwrite", configuration=CDF,  # v5: same rows rewritten
+                    commit_properties=CommitProperties(custom_metadata={SAME_ROWS: "true"}))
+    _append(path, [(6, "f")])  # v6
+
+    def tagged(v: int) -> bool:
+        log = Path(path, "_delta_log", f"{v:020d}.json").read_text().splitlines()
+        return any(SAME_ROWS in json.dumps(json.loads(line).get("commitInfo") or {}) for line in log)
+
+    def load_cdf(first: int) -> pa.Table:  # types Spark's Arrow reader takes
+        t = pa.table(DeltaTable(path).load_cdf(starting_version=first).read_all())
+        plain = {pa.string_view(): pa.string(), pa.uint64(): pa.int64()}
+        return t.cast(pa.schema([pa.field(f.name, plain.get(f.type, f.type)) for f in t.schema]))
+
+    feed = load_cdf(2)
+    df = spark.createDataFrame(feed)
+    assert df.where("_commit_version = 5").count() == 2 * rows.num_rows  # deletes + inserts
+    got = sorted((r.id, r.v, r._change_type, r._commit_version)
+                 for r in same_rows_guard(path, "reprocess")(df).collect())
+    want = sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in feed.to_pylist()
+                  if not tagged(r["_commit_version"]))
+    assert got == want and {g[3] for g in got} == {2, 3, 4, 6}
+    write_deltalake(path, rows, mode="overwrite", configuration=CDF)  # v7: untagged rewrite
+    feed = spark.createDataFrame(load_cdf(6))
+    with pytest.raises(ChangeFeedUnavailable, match="version 7 is a rewrite"):
+        same_rows_guard(path, "reprocess")(feed)
 
 
 def test_removed_change_data_files_are_unavailable(tmp_path):

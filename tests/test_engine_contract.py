@@ -212,17 +212,14 @@ def test_tables_under_folders_with_special_characters(spark, engine, tmp_path, f
     assert (tmp_path / folder / "t" / "_delta_log").is_dir()
 
 
-def test_job_commits_never_clean_up_the_delta_log(spark, tmp_path):
+def test_job_commits_never_clean_up_the_delta_log(spark, engine, tmp_path):
     """delta-rs deletes expired log files after the checkpoint it writes every
-    delta.checkpointInterval commits; behind a change-feed reader paused past the log retention
-    that lost the commits it still had to read. The jobs' commits leave the cleanup to the
-    maintenance job, which holds it back for lagging readers. (deltalake engine: delta-spark's
-    own cleanup at checkpoints is not configured here and did not run.)"""
+    delta.checkpointInterval commits, and delta-spark does the same by default
+    (``delta.enableExpiredLogCleanup``); behind a change-feed reader paused past the log
+    retention that lost the commits it still had to read. The jobs' commits leave the cleanup
+    to the maintenance job, which holds it back for lagging readers."""
     from deltalake import DeltaTable
 
-    from cdc_lake.engines import select_engine
-
-    engine = select_engine(spark, "deltalake")
     path = str(tmp_path / "t")
     engine.merge(path, _df(spark, [(1, "a", None, "1")]), SPEC, txn=Txn("j", 0))
     DeltaTable(path).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds",
@@ -234,6 +231,55 @@ def test_job_commits_never_clean_up_the_delta_log(spark, tmp_path):
     assert logs[0] == "00000000000000000000.json" and any(
         p.name.endswith(".checkpoint.parquet") for p in (tmp_path / "t" / "_delta_log").iterdir()), logs
     assert len(_rows(engine, path)) == 6
+
+
+def test_a_table_created_from_a_not_null_source_takes_nulls_later(spark, engine, tmp_path):
+    """Both engines create tables all-nullable (delta-spark kept a source's NOT NULL columns:
+    a later MERGE with a null there would fail on one engine only; reviewer I)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    path = str(tmp_path / "t")
+    strict = StructType([StructField("id", LongType(), False), StructField("name", StringType(), False),
+                         StructField("seq", StringType(), False)])
+    engine.merge(path, spark.createDataFrame([(1, "a", "1")], strict), MergeSpec(
+        on=("id",)).when_not_matched_insert_all(), txn=Txn("n", 0))
+    assert all(f.nullable for f in engine.schema(path).fields)  # type: ignore[union-attr]
+    loose = spark.createDataFrame([(2, "b", None)], "id bigint, name string, seq string")
+    engine.merge(path, loose, MergeSpec(on=("id",)).when_not_matched_insert_all(), txn=Txn("n", 1))
+    assert {r["id"]: r["seq"] for r in _rows(engine, path)} == {1: "1", 2: None}
+
+
+def test_delta_spark_reads_transactions_from_the_log_as_delta_rs_does(spark, tmp_path):
+    """The delta-spark engine reads ``txn`` actions from the log itself (Delta has no public API):
+    the newest checkpoint plus the commits after it. Plain Spark reads, so it runs without the
+    Delta jars, on logs delta-rs wrote (truth: delta-rs's ``transaction_version``): before and
+    after a checkpoint, with the commits before the checkpoint cleaned up, per app id."""
+    from deltalake import DeltaTable
+
+    from cdc_lake.engines.delta_spark_engine import DeltaSparkEngine
+
+    rs = select_engine(spark, "deltalake")
+    reader = DeltaSparkEngine(spark)
+    path = str(tmp_path / "t")
+
+    def same() -> None:
+        dt = DeltaTable(path)
+        for app in ("a", "b", "c", "zz"):
+            assert reader.txn_version(path, app) == dt.transaction_version(app), app
+
+    rs.merge(path, _df(spark, [(1, "a", None, "1")]), SPEC, txn=Txn("a", 3))
+    rs.merge(path, _df(spark, [(2, "b", None, "1")]), SPEC, txn=Txn("b", 7))
+    same()
+    DeltaTable(path).create_checkpoint()
+    rs.merge(path, _df(spark, [(3, "c", None, "1")]), SPEC, txn=Txn("a", 4))
+    same()
+    DeltaTable(path).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    DeltaTable(path).create_checkpoint()
+    rs.merge(path, _df(spark, [(4, "d", None, "1")]), SPEC, txn=Txn("c", 1))
+    DeltaTable(path).cleanup_metadata()
+    assert not (tmp_path / "t" / "_delta_log" / "00000000000000000000.json").exists()
+    same()
+    assert reader.txn_version(str(tmp_path / "nope"), "a") is None
 
 
 def test_read_missing_table_is_none(spark, engine, tmp_path):

@@ -135,6 +135,26 @@ def test_compaction_bin_packs_small_files_and_keeps_rows(tmp_path):
     assert sorted(map(str, DeltaTable(str(table)).to_pyarrow_table().to_pylist())) == rows
 
 
+def test_delta_spark_change_feed_offsets_count_as_read_versions(tmp_path):
+    """delta-spark's change-feed source (Delta's own) records ``reservoirVersion``/``index``,
+    not ``{"version": n}``: read as "nothing read" (-1), every delta-spark enrichment held the
+    VACUUM of its upstream back to the table's first version for good (reviewer I). Version
+    ``v`` of such an offset may be read in part, so ``v - 1`` is the last version read."""
+    ckpt = tmp_path / "delta_spark_reader"
+    (ckpt / "commits").mkdir(parents=True)
+    (ckpt / "offsets").mkdir()
+    (ckpt / "commits" / "0").write_text("v1\n{}\n")
+    (ckpt / "commits" / "1").write_text("v1\n{}\n")
+    delta_offset = ('{"sourceVersion":1,"reservoirId":"5a0d5c16-1b7e-4f1f-9a3e-2d7f0c8b9a11",'
+                    '"reservoirVersion":%d,"index":%d,"isStartingVersion":false}')
+    (ckpt / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n' + delta_offset % (3, 2) + "\n")
+    (ckpt / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0}\n' + delta_offset % (7, -1)
+                                        + '\n{"version": 5}\n{"logOffset":4}\n')
+    assert committed_source_versions(ckpt) == [6, 5]
+    (ckpt / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0}\n' + delta_offset % (0, -1) + "\n")
+    assert committed_source_versions(ckpt) == [-1]
+
+
 def test_vacuum_retention_is_held_back_by_a_lagging_change_feed_reader(tmp_path):
     """A reader whose checkpoint says it has read version 0 still needs versions 1.. (their
     files and change data): VACUUM keeps everything newer than version 1's commit."""

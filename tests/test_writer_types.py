@@ -179,20 +179,37 @@ def test_widening_rule(existing, incoming, expected):
 
 
 def test_engine_widen_keeps_values_and_changes_the_type(spark, tmp_path, engine_name):
+    """Both engines widen by one tagged rewrite of the same rows: change-feed readers skip that
+    version, and the table stays readable and maintainable by delta-rs (Delta's own type
+    widening on delta-spark added the reader feature ``typeWidening``, which delta-rs 1.6
+    cannot read, and refused ``smallint -> decimal(6,1)``; reviewer I)."""
     from cdc_lake.engines import Txn, select_engine
+    from cdc_lake.maintenance import MaintenanceSettings, maintain_table
 
     engine = select_engine(spark, engine_name)
     path = str(tmp_path / "t")
-    df = spark.createDataFrame([(1, 9_223_372_036_854_775_807), (2, -5)], "id bigint, amt bigint")
+    df = spark.createDataFrame([(1, 9_223_372_036_854_775_807, 32767), (2, -5, -32768)],
+                               "id bigint, amt bigint, qty smallint")
     engine.append(path, df, txn=Txn("t", 0))
-    engine.widen(path, {"amt": "decimal(38,10)"})
-    assert engine.schema(path)["amt"].dataType.simpleString() == "decimal(38,10)"  # type: ignore[index]
-    got = {r.id: r.amt for r in engine.read(path).collect()}  # type: ignore[union-attr]
-    assert got == {1: Decimal(9_223_372_036_854_775_807), 2: Decimal(-5)}
-    # change-feed readers (enrichment) follow the table across the widening: same rows, no changes
+    before = DeltaTable(path).version()
+    engine.widen(path, {"amt": "decimal(38,10)", "qty": "decimal(6,1)"})
+    widened = DeltaTable(path).version()
+    assert widened == before + 1
+    schema = engine.schema(path)
+    assert schema["amt"].dataType.simpleString() == "decimal(38,10)"  # type: ignore[index]
+    assert schema["qty"].dataType.simpleString() == "decimal(6,1)"  # type: ignore[index]
+    got = {r.id: (r.amt, r.qty) for r in engine.read(path).collect()}  # type: ignore[union-attr]
+    assert got == {1: (Decimal(9_223_372_036_854_775_807), Decimal(32767)), 2: (Decimal(-5), Decimal(-32768))}
+    # change-feed readers (enrichment) follow the table across the widening: same rows, no
+    # changes; delta-spark's change feed reads it as deletes + inserts, so the version is named
     from cdc_lake.sources.change_feed import check_versions
 
-    check_versions(path, 0, DeltaTable(path).version())
+    assert check_versions(path, 0, widened) == [widened]
+    protocol = DeltaTable(path).protocol()
+    assert "typeWidening" not in (protocol.reader_features or []), protocol
+    assert sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist()) == [1, 2]
+    report = maintain_table(Path(path), MaintenanceSettings(vacuum_retention_hours=0))
+    assert report["status"] == "ok" and report["vacuum"]["files_removed"] >= 1, report
 
 
 # -- the survey's proof of exactness (widening.proven_exact) ------------------------------------

@@ -56,9 +56,12 @@ def _commit_time(dt: DeltaTable, version: int) -> datetime | None:
 
 
 def committed_source_versions(checkpoint: Path) -> list[int]:
-    """Delta versions in the last committed offsets of a streaming checkpoint whose sources
-    record ``{"version": n}`` offsets (the change-feed source), one per such source. A damaged
-    offsets file counts as "reads from the beginning" (-1): VACUUM then keeps everything."""
+    """The last Delta version read, per change-feed source, from the last committed offsets of
+    a streaming checkpoint: ``{"version": n}`` (the deltalake change-feed source) is ``n``;
+    Delta's own source (delta-spark, ``{"reservoirVersion": v, "index": i, ...}``) is ``v - 1``
+    (version ``v`` may be read only in part, or not at all with ``index`` -1: counted as not
+    read, which keeps one version more). A damaged offsets file counts as "reads from the
+    beginning" (-1): VACUUM then keeps everything."""
     from cdc_lake.checkpoint_log import last_committed_batch, read_offsets
 
     last = last_committed_batch(checkpoint)
@@ -68,7 +71,15 @@ def committed_source_versions(checkpoint: Path) -> list[int]:
         entry = read_offsets(checkpoint, last)
     except (OSError, ValueError):
         return [-1]
-    return [o["version"] for o in entry.sources if o and isinstance(o.get("version"), int)]
+    found = []
+    for o in entry.sources:
+        if not isinstance(o, dict):
+            continue
+        if isinstance(o.get("version"), int):
+            found.append(o["version"])
+        elif isinstance(o.get("reservoirVersion"), int):
+            found.append(max(o["reservoirVersion"] - 1, -1))
+    return found
 
 
 def lagging_readers(table: Path, pipelines: list[Any]) -> list[tuple[str, int]]:

@@ -186,7 +186,7 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
                       "at the start offset); nothing to do", flush=True)
                 return
             if guard is not None:
-                guard(df)
+                df = guard(df)
             if driver_read is not None:
                 df = driver_read(df, batch_id)
             writer(df, batch_id)
@@ -233,18 +233,31 @@ def _empty_first_batch(cfg: EnrichConfig, engine: Engine, batch_id: int) -> bool
     return span[1].get("version") == first - 1
 
 
-def _delta_spark_guard(cfg: EnrichConfig, engine: Engine) -> Callable[[DataFrame], None] | None:
+def _delta_spark_guard(cfg: EnrichConfig, engine: Engine) -> Callable[[DataFrame], DataFrame] | None:
     """delta-spark's change feed reads an upstream overwrite as deletes + inserts instead of
     refusing it (the deltalake source refuses it itself): apply the same rule to each
-    micro-batch's version range before anything is written. Not run here (no Delta jars)."""
+    micro-batch's version range before anything is written, and drop the rows of the rewrites
+    that changed no row (a type widening, tagged ``cdc_lake.same_rows``; the deltalake source
+    skips them): read as deletes + inserts they would re-enrich every fact with today's
+    dimension versions. Runs with the delta-spark engine only (no Delta jars here; the rule is
+    tested on real Spark frames in ``tests/test_change_feed_source.py``)."""
     if cfg.fact.kind != "change_feed" or engine.name != "delta-spark":
         return None
+    return same_rows_guard(str(cfg.fact.change_feed), _recovery(cfg))
+
+
+def same_rows_guard(path: str, recovery: str) -> Callable[[DataFrame], DataFrame]:
+    """``guard(df)``: ``df`` (a micro-batch of delta-spark's change feed of ``path``) without
+    the rows of same-rows rewrites; raises :class:`ChangeFeedUnavailable` as the deltalake
+    source would for its version range."""
     from cdc_lake.sources.change_feed import check_versions
 
-    def guard(df: DataFrame) -> None:
+    def guard(df: DataFrame) -> DataFrame:
         lo, hi = df.agg(F.min("_commit_version"), F.max("_commit_version")).first()  # type: ignore[misc]
-        if lo is not None:
-            check_versions(str(cfg.fact.change_feed), int(lo), int(hi), recovery=_recovery(cfg))
+        if lo is None:
+            return df
+        skip = check_versions(path, int(lo), int(hi), recovery=recovery)
+        return df.where(~F.col("_commit_version").isin(skip)) if skip else df
     return guard
 
 

@@ -189,12 +189,18 @@ def read_batch_on_driver(spark: SparkSession, path: str, schema: StructType,
     return None if data is None else spark.createDataFrame(data, schema)
 
 
-def check_versions(path: str, first: int, last: int, *, recovery: str = DEFAULT_RECOVERY) -> None:
+def check_versions(path: str, first: int, last: int, *, recovery: str = DEFAULT_RECOVERY) -> list[int]:
     """Raise :class:`ChangeFeedUnavailable` if versions ``first..last`` of ``path`` contain a
-    rewrite without change data, removed history, or change data feed switched off.
+    rewrite without change data, removed history, or change data feed switched off; return the
+    versions to skip: rewrites of the same rows tagged ``cdc_lake.same_rows`` (a type widening),
+    which delta-spark's change feed reads as a delete and an insert of every row.
 
     The deltalake leg does this itself; for delta-spark call it from ``foreachBatch`` with the
-    batch's ``min/max(_commit_version)``.
+    batch's ``min/max(_commit_version)`` and drop the rows of the returned versions::
+
+        skip = check_versions(path, lo, hi)
+        df = df.where(~F.col("_commit_version").isin(skip)) if skip else df
     """
     log = DeltaLog(path, recovery)
-    log.check(first, last, table_id=None, cdf_enabled_before=log.cdf_enabled_at(first - 1))
+    commits = log.check(first, last, table_id=None, cdf_enabled_before=log.cdf_enabled_at(first - 1))
+    return [c.version for c in commits if c.skip]
