@@ -34,7 +34,11 @@ _SESSION_TXN_LOCK = threading.Lock()
 # behaviour from its post-commit hook settings.
 CDF_PROPERTY = ("delta.enableChangeDataFeed", "true")
 NO_LOG_CLEANUP_PROPERTY = ("delta.enableExpiredLogCleanup", "false")
-TABLE_PROPERTIES = dict([CDF_PROPERTY, NO_LOG_CLEANUP_PROPERTY])
+# No deletion vectors even where a cluster turns them on for new tables
+# (spark.databricks.delta.properties.defaults.enableDeletionVectors): the maintenance job and the
+# deltalake change-feed source read the tables with delta-rs, which must be able to.
+NO_DELETION_VECTORS = ("delta.enableDeletionVectors", "false")
+TABLE_PROPERTIES = dict([CDF_PROPERTY, NO_LOG_CLEANUP_PROPERTY, NO_DELETION_VECTORS])
 
 
 class DeltaSparkEngine(Engine):
