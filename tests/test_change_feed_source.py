@@ -401,6 +401,9 @@ def test_engine_tables_have_change_data_feed(spark, engine_name, tmp_path):
     for p in (merged, appended, replaced, created):
         conf = DeltaTable(p).metadata().configuration
         assert conf.get("delta.enableChangeDataFeed") == "true", f"{p}: {conf}"
+        if engine_name == "delta-spark":  # Delta's own log cleanup off, no deletion vectors
+            assert (conf.get("delta.enableExpiredLogCleanup"), conf.get("delta.enableDeletionVectors")) \
+                == ("false", "false"), f"{p}: {conf}"
     assert any((Path(merged) / "_change_data").iterdir()), "MERGE wrote no change data files"
     cdf = pa.table(DeltaTable(merged).load_cdf(0).read_all()).to_pylist()
     v = DeltaTable(merged).version()
