@@ -150,13 +150,15 @@ class DeltaSparkEngine(Engine):
             finally:
                 self.spark.conf.unset(_TXN_CONF_APP)
                 self.spark.conf.unset(_TXN_CONF_VERSION)
-        metrics: dict[str, Any] = {}
         row = result.first() if result is not None else None
-        if row is not None:
-            d = row.asDict()
-            metrics = {"num_target_rows_inserted": d.get("num_inserted_rows", 0),
-                       "num_target_rows_updated": d.get("num_updated_rows", 0),
-                       "num_target_rows_deleted": d.get("num_deleted_rows", 0)}
+        if row is None:
+            # Delta skipped it: the transaction (txnAppId, txnVersion) was already recorded, a
+            # commit our log read did not see (MergeIntoCommand returns no metrics row then)
+            return WriteResult(True, self.version(path))
+        d = row.asDict()
+        metrics = {"num_target_rows_inserted": d.get("num_inserted_rows", 0),
+                   "num_target_rows_updated": d.get("num_updated_rows", 0),
+                   "num_target_rows_deleted": d.get("num_deleted_rows", 0)}
         return WriteResult(False, self.version(path), metrics)
 
     def _append(self, path: str, df: Source, txn: Txn) -> WriteResult:
