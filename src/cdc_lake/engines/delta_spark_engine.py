@@ -108,7 +108,6 @@ class DeltaSparkEngine(Engine):
         for key, value in TABLE_PROPERTIES.items():
             builder = builder.property(key, value)
         builder.execute()
-        self._checked.add(path)
 
     def _ensure_properties(self, path: str) -> None:
         """A table created before these properties were set (or by another writer) gets them
