@@ -339,6 +339,26 @@ def test_removed_log_entries_are_unavailable(tmp_path):
         sorted(EXPECTED[2] + EXPECTED[3] + EXPECTED[4])
 
 
+@pytest.mark.parametrize("damage", ["empty", "truncated", "not_actions"])
+def test_a_damaged_log_entry_is_unavailable_not_an_empty_version(tmp_path, damage):
+    """A commit file emptied by hand was read as a version without changes (its rows lost by
+    the enrichment, exit 0); cut in half it failed with a bare JSONDecodeError (exit 1). Both,
+    below a checkpoint the table loads from, are damage naming the file (exit 3)."""
+    path = str(tmp_path / "t")
+    _history(path)
+    DeltaTable(path).create_checkpoint()  # the table itself still loads (from the checkpoint)
+    f = Path(path) / "_delta_log" / f"{2:020d}.json"
+    data = f.read_bytes()
+    f.write_bytes({"empty": b"", "truncated": data[: len(data) // 2],
+                   "not_actions": b"[1, 2]\n"}[damage])
+    assert DeltaTable(path).version() == 4
+    err = _unavailable(_reader(path))
+    assert f"log entry of version 2 ({f}) is damaged" in err.reason, err.reason
+    with pytest.raises(ChangeFeedUnavailable, match="version 2 .* is damaged"):
+        check_versions(path, 1, 4)
+    assert check_versions(path, 3, 4) == []  # the versions after it still read
+
+
 def test_table_without_change_data_feed_is_unavailable(tmp_path):
     path = str(tmp_path / "t")
     write_deltalake(path, _rows([(1, "a")]), mode="append")  # no CDF property

@@ -146,8 +146,37 @@ class DeltaLog:
             path = f"{self.root}/_delta_log/{version:020d}.json"
             raise self.unavailable(first, last, f"the log entry of version {version} "
                                    f"({path}) was removed (log retention / cleanup)")
-        text = data.decode("utf-8")
-        return [json.loads(line) for line in text.splitlines() if line.strip()], fingerprint(data)
+        return self._parse_commit(version, data, first, last), fingerprint(data)
+
+    def _parse_commit(self, version: int, data: bytes, first: int, last: int) -> list[dict]:
+        """The actions of a commit file; a file that is empty or not JSON lines of actions is
+        damage, never "no changes" (tester: a commit emptied by hand was read as a version
+        without changes, and the enrichment lost its rows with exit 0)."""
+        path = f"{self.root}/_delta_log/{version:020d}.json"
+
+        def damaged(what: str) -> ChangeFeedUnavailable:
+            return self.unavailable(first, last, f"the log entry of version {version} ({path}) is "
+                                    f"damaged: {what}; put the file back from a copy if you have "
+                                    "one and run again, else reprocess (below)")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise damaged(f"not UTF-8 text ({e})") from None
+        actions: list[dict] = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                action = json.loads(line)
+            except ValueError as e:
+                raise damaged(f"line {n} is not JSON ({e}; {len(data)} bytes)") from None
+            if not isinstance(action, dict):
+                raise damaged(f"line {n} is not a Delta action: {line[:80]!r}")
+            actions.append(action)
+        if not actions:
+            raise damaged(f"it holds no action ({len(data)} bytes); every Delta commit holds at "
+                          "least one")
+        return actions
 
     def commit_fingerprint(self, version: int) -> str | None:
         """:func:`fingerprint` of ``version``'s commit; None when its log entry is gone."""
