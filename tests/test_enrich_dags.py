@@ -123,6 +123,29 @@ def test_enrich_dag_on_upstream_assets_connects_lineage(tmp_path):
 
 
 @needs_enrich
+def test_enrich_yaml_with_maintenance_gets_a_maintenance_dag(tmp_path):
+    """``maintenance:`` in an enrichment YAML (the docs promise a ``<pipeline>__maintenance`` DAG
+    for any pipeline YAML) was refused as an unknown key; the unloadable YAML then held back the
+    VACUUM of every table in the folder (tester H). Its outputs are the tables maintained."""
+    from cdc_lake.maintenance import run_maintenance
+
+    folder = _folder(tmp_path)
+    yaml = folder / "order_lines.yaml"
+    yaml.write_text(yaml.read_text() + "maintenance: {schedule: '@weekly', vacuum_retention_hours: 24}\n")
+    check_pipeline_configs(folder)
+    dags = build_dags(folder)
+    assert set(dags) == {"shop", "product_categories", "order_lines", "order_lines__maintenance"}
+    cfg = load_pipeline(yaml)
+    assert (cfg.maintenance.schedule, cfg.maintenance.vacuum_retention_hours) == ("@weekly", 24)
+    task = dags["order_lines__maintenance"].tasks[0]
+    assert task.pipeline.file == yaml
+    report = run_maintenance(cfg, pipelines=[cfg], dry_run=True)  # nothing written yet: absent
+    assert report["failed"] == [] and {t["status"] for t in report["tables"].values()} == {"absent"}
+    assert {Path(t["path"]).name for t in report["tables"].values()} >= {"order_lines",
+                                                                          "revenue_by_category_day"}
+
+
+@needs_enrich
 @pytest.mark.parametrize("schedule,kind,detail", [
     ("{every: 30m}", "delta", timedelta(minutes=30)),
     ("\"15 * * * *\"", "cron", "15 * * * *"),

@@ -95,6 +95,9 @@ def test_dry_run_changes_nothing_and_a_held_lock_stops_maintenance(spark, tmp_pa
                              pipelines=[])
     assert DeltaTable(str(orders)).version() == version
     assert report["tables"]["orders"]["files_after"] == report["tables"]["orders"]["files_before"]
+    # the totals say what a real run would remove (they said 0; tester H), and nothing removed
+    would = sum(t["vacuum"]["would_remove"] for t in report["tables"].values() if "vacuum" in t)
+    assert report["files_vacuumed"] == 0 and report["files_would_vacuum"] == would > 0, report
 
     holder = lock_for(cfg.checkpoint_path)
     holder.acquire("an_ingest_run")
@@ -106,6 +109,9 @@ def test_dry_run_changes_nothing_and_a_held_lock_stops_maintenance(spark, tmp_pa
         assert r.returncode == 75, r.stderr
     finally:
         holder.release()
+    real = run_maintenance(cfg, settings=MaintenanceSettings(vacuum_retention_hours=0, compact=False),
+                           pipelines=[])
+    assert real["files_vacuumed"] == would and "files_would_vacuum" not in real, real
     r = subprocess.run([sys.executable, "-m", "cdc_lake.maintenance", "--pipeline", str(yaml), "--dry-run"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -255,7 +255,7 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
         # A YAML that does not load may be a change-feed reader of these tables: which ones is
         # unknown, so it holds VACUUM and log cleanup of every table until it loads (tester: a
         # typo in an enrichment YAML dropped it from the readers; its history was vacuumed).
-        held = sorted({f"{e.file} (does not load: {str(e).splitlines()[0][:200]})" for e in errors
+        held = sorted({f"{e.file} (does not load: {_first_line(str(e), 600)})" for e in errors
                        if Path(e.file).resolve() != Path(cfg.file).resolve()})
     if not any(Path(p.file).resolve() == Path(cfg.file).resolve() for p in pipelines
                if getattr(p, "file", None)):
@@ -308,7 +308,16 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
         "files_vacuumed": sum(t.get("vacuum", {}).get("files_removed", 0) for t in present),
         "change_files_vacuumed": sum(t.get("vacuum", {}).get("change_files_removed", 0)
                                      for t in present),
+        # a dry run removes nothing; what a real run would (tester: its totals said 0)
+        **({"files_would_vacuum": sum(t.get("vacuum", {}).get("would_remove", 0) for t in present),
+            "change_files_would_vacuum": sum(t.get("vacuum", {}).get("change_files_would_remove", 0)
+                                             for t in present)} if dry_run else {}),
     }
+
+
+def _first_line(text: str, limit: int) -> str:
+    line = (text.splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def main(argv: list[str] | None = None) -> int:

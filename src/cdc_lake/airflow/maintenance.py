@@ -76,11 +76,16 @@ class CdcMaintenanceOperator(BaseOperator):
             raise AirflowException(f"Maintenance of {self.pipeline.name!r} failed (exit {result.code}):\n"
                                    + "\n".join(result.tail[-10:]))
         r = result.summary or {}
-        self.log.info("Maintenance of %s: files %s -> %s, bytes %s -> %s, %s files vacuumed, "
-                      "%s change-data files removed",
-                      self.pipeline.name, r.get("files_before"), r.get("files_after"),
-                      r.get("bytes_before"), r.get("bytes_after"), r.get("files_vacuumed"),
-                      r.get("change_files_vacuumed"))
+        if self.dry_run:
+            self.log.info("Maintenance of %s (dry run, nothing changed): %s files and %s "
+                          "change-data files would be vacuumed", self.pipeline.name,
+                          r.get("files_would_vacuum"), r.get("change_files_would_vacuum"))
+        else:
+            self.log.info("Maintenance of %s: files %s -> %s, bytes %s -> %s, %s files vacuumed, "
+                          "%s change-data files removed",
+                          self.pipeline.name, r.get("files_before"), r.get("files_after"),
+                          r.get("bytes_before"), r.get("bytes_after"), r.get("files_vacuumed"),
+                          r.get("change_files_vacuumed"))
         return result.summary
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdc_lake.config import (NAME_RE, TRIGGERS, ConfigError, DeltaSparkSettings, Reader, Schedule,
-                             parse_runtime, parse_schedule)
+                             parse_maintenance, parse_runtime, parse_schedule)
 from cdc_lake.enrich.columns import reserved, reserved_message
 from cdc_lake.locks import LockSettings
 from cdc_lake.paths import overlap
@@ -129,6 +129,7 @@ class EnrichConfig:
     spark_conn_id: str
     kind: Literal["enrich"] = "enrich"
     lock: LockSettings = field(default_factory=LockSettings)
+    maintenance: Any = None  # ``maintenance:`` -> cdc_lake.maintenance.MaintenanceSettings, or None
 
     @property
     def upstream_tables(self) -> tuple[Path, ...]:
@@ -321,7 +322,7 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
     r = Reader(file, raw)
     r.check_known({"kind", "pipeline", "description", "owner", "tags", "schedule", "start_date",
                    "retries", "trigger", "fact", "dimensions", "event_time", "late_members",
-                   "outputs", "storage", "engine", "spark", "lock"})
+                   "outputs", "storage", "engine", "spark", "lock", "maintenance"})
     name = r.str("pipeline", required=True) or ""
     if not NAME_RE.match(name):
         raise r.fail("pipeline", f"{name!r} must match {NAME_RE.pattern} (it becomes the DAG id)")
@@ -381,6 +382,7 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
         lake_root=root,  # type: ignore[arg-type]
         checkpoint_path=checkpoint,  # type: ignore[arg-type]
         runs_path=storage.path("runs", default=root / "_runs"),  # type: ignore[arg-type, operator]
+        maintenance=parse_maintenance(r),
         **runtime,
     )
     from cdc_lake.enrich.validate import check_config
