@@ -11,6 +11,9 @@
 # Settings (environment):
 #   CDC_AIRFLOW_HOME   AIRFLOW_HOME        (default <repo>/.airflow_local; keeps DB, logs, pids)
 #   CDC_AIRFLOW_PORT   API/UI port          (default 8080)
+#   CDC_AIRFLOW_LOG_PORTS  the scheduler's and triggerer's log servers (default "8793 8794", Airflow's;
+#                      "PORT+100 PORT+101" when CDC_AIRFLOW_PORT is one of those); set it to run
+#                      a second instance on one machine
 #   CDC_AIRFLOW_USER   admin user:password  (default admin:admin; written to a passwords file)
 #   CDC_PIPELINES_DIR  pipeline YAML folder (default <repo>/pipelines)
 #   CDC_DATA_DIR       landing/lake root used by the pipeline YAML files (their default: <repo>/data)
@@ -26,6 +29,13 @@ VENV="${VIRTUAL_ENV:-$REPO/.venv}"
 AIRFLOW="$VENV/bin/airflow"
 HOME_DIR="${CDC_AIRFLOW_HOME:-$REPO/.airflow_local}"
 PORT="${CDC_AIRFLOW_PORT:-8080}"
+if [[ -n "${CDC_AIRFLOW_LOG_PORTS:-}" ]]; then
+  read -r WORKER_LOG_PORT TRIGGER_LOG_PORT _ <<< "$CDC_AIRFLOW_LOG_PORTS"
+elif [[ "$PORT" == 8793 || "$PORT" == 8794 ]]; then
+  WORKER_LOG_PORT=$((PORT + 100)); TRIGGER_LOG_PORT=$((PORT + 101))
+else
+  WORKER_LOG_PORT=8793; TRIGGER_LOG_PORT=8794
+fi
 USER_PASS="${CDC_AIRFLOW_USER:-admin:admin}"
 LOGIN="${USER_PASS%%:*}"
 PASSWORD="${USER_PASS#*:}"
@@ -78,6 +88,10 @@ setup_env() {
   export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$PORT/execution/"
   export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=30
   export AIRFLOW__LOGGING__BASE_LOG_FOLDER="$HOME_DIR/logs"
+  # the scheduler's log server took 8793 before the API server could when CDC_AIRFLOW_PORT=8793
+  # (tester: "address already in use")
+  export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT="$WORKER_LOG_PORT"
+  export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="$TRIGGER_LOG_PORT"
   export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
   export PATH="$VENV/bin:$PATH"
   export CDC_PIPELINES_DIR="${CDC_PIPELINES_DIR:-$REPO/pipelines}"
@@ -110,7 +124,7 @@ EOF
 }
 
 stop() {
-  local any=0
+  local any=0 c
   for c in "${COMPONENTS[@]}"; do
     local f="$HOME_DIR/pids/$c.pid"
     [[ -f "$f" ]] || continue
@@ -139,14 +153,22 @@ stop() {
 
 start() {
   setup_env
-  local running=0
+  local running=0 c
   for c in "${COMPONENTS[@]}"; do pid_alive "$c" && running=1; done
   if ((running)); then
     echo "airflow_local: already running (pids in $HOME_DIR/pids)"; print_login; return 0
   fi
-  if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-    die "port $PORT is in use by another program; set CDC_AIRFLOW_PORT"
+  if [[ "$PORT" == "$WORKER_LOG_PORT" || "$PORT" == "$TRIGGER_LOG_PORT" || "$WORKER_LOG_PORT" == "$TRIGGER_LOG_PORT" ]]; then
+    die "ports must differ: API $PORT, log servers $WORKER_LOG_PORT $TRIGGER_LOG_PORT (CDC_AIRFLOW_PORT, CDC_AIRFLOW_LOG_PORTS)"
   fi
+  local port what
+  for port in "$PORT" "$WORKER_LOG_PORT" "$TRIGGER_LOG_PORT"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      what="the API/UI port; set CDC_AIRFLOW_PORT"
+      [[ "$port" != "$PORT" ]] && what="a log server port of the scheduler/triggerer; set CDC_AIRFLOW_LOG_PORTS=\"<port> <port>\""
+      die "port $port is in use by another program ($what)"
+    fi
+  done
   echo "airflow_local: migrating the metadata DB ($HOME_DIR/airflow.db)"
   "$AIRFLOW" db migrate > "$HOME_DIR/proc-logs/db-migrate.log" 2>&1 \
     || { tail -30 "$HOME_DIR/proc-logs/db-migrate.log" >&2; die "airflow db migrate failed"; }
