@@ -645,6 +645,33 @@ def test_csv_quotes_are_read_as_rfc_4180_and_a_quoted_empty_field_is_empty_text(
     assert got == want, got
 
 
+@pytest.mark.parametrize("text,declared", [
+    ("product_id,category\r\n1,Books\n2,Toys\r\n3,Garden\r\n", True),   # one LF line in CRLF
+    ("product_id,category\n1,Books\n2,Toys,extra\n3,Garden\n", False),     # a field too many
+], ids=["mixed_eol_declared", "extra_field_inferred"])
+def test_a_csv_record_spark_cannot_parse_is_an_invalid_snapshot(spark, tmp_path, text, declared):
+    """Tester J: a CRLF export with one bare-LF line failed with Spark's MALFORMED_CSV_RECORD as
+    exit 1 (retried, a Java stack tail): now an invalid snapshot (exit 3) naming the file, the
+    record and the line-ending rule; nothing written, and the fixed file then applies."""
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    yaml = _pipeline(tmp_path, "eol", schema="schema: {product_id: bigint, category: string}\n"
+                     if declared else "")
+    f = tmp_path / "snaps" / "2026-01-01.csv"
+    f.write_bytes(text.encode("utf-8"))
+    cfg = load_pipeline(yaml)
+    with pytest.raises(SnapshotInvalid) as e:
+        run_refresh(cfg, date="2026-01-01", spark=spark, run_id="e1")
+    assert str(f) in str(e.value) and "MALFORMED_CSV_RECORD" in str(e.value), str(e.value)
+    if "\r\n" in text:
+        assert "first line ends with CRLF" in str(e.value), str(e.value)
+    assert not DeltaTable.is_deltatable(str(cfg.table))
+    f.write_bytes(text.replace("\r\n", "\n").replace(",extra", "").encode("utf-8"))
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="e2")["status"] == "succeeded"
+    got = {r["product_id"]: r["category"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    assert got == {1: "Books", 2: "Toys", 3: "Garden"}
+
+
 def _fraction_beyond_micros(text: str) -> bool:
     """Whether timestamp text has a non-zero fraction digit past the 6th (plain Python)."""
     import re

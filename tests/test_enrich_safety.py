@@ -622,6 +622,36 @@ def test_a_replay_planned_on_a_version_the_table_no_longer_has_is_exit_3(spark, 
     assert "--reprocess" in str(e.value)
 
 
+def test_a_replay_planned_on_a_dimension_rebuilt_to_the_same_version_is_exit_3(spark, tmp_path: Path) -> None:
+    """Tester J: a batch planned on ``dim:products`` at version 1, then products rebuilt (moved
+    aside, refreshed again) until it was back at version 1: the replay compared version numbers
+    only and joined the rebuilt table's rows with exit 0. The plan now records each pinned
+    table's commit at that version; the replay reads the same commit or stops (exit 3)."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.engines import select_engine
+    from cdc_lake.enrich.plan import BatchPlan
+    from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
+
+    cfg = load_pipeline(write_yaml(tmp_path))
+    products(tmp_path, (1, "a"))
+    products(tmp_path, (2, "b"))  # version 1
+    engine = select_engine(spark, "deltalake")
+    batch = EnrichBatch(cfg, engine, instance="i", run_id="r", stats=EnrichStats())
+    plan = BatchPlan.from_json(batch._new_plan(7, None).to_json())  # as the replay reads it
+    assert plan.versions["dim:products"] == 1 and set(plan.commits) == {"dim:products"}, plan
+    assert sorted(r.id for r in batch._dims(plan)["products"].df.collect()) == [1, 2]  # same table
+
+    shutil.move(str(tmp_path / "lake/products"), str(tmp_path / "products.aside"))
+    products(tmp_path, (1, "x"))
+    products(tmp_path, (3, "y"))  # rebuilt, at version 1 again
+    assert DeltaTable(str(tmp_path / "lake/products")).version() == 1
+    with pytest.raises(PipelineStateError) as e:
+        batch._dims(plan)
+    assert "holds another commit at version 1" in str(e.value) and "--reprocess" in str(e.value)
+    old = BatchPlan(plan.batch_id, plan.started_at, plan.versions, plan.source)  # written before
+    assert sorted(r.id for r in batch._dims(old)["products"].df.collect()) == [1, 3]
+
+
 def test_a_damaged_reprocess_start_file_is_exit_3_naming_it(tmp_path: Path) -> None:
     """Tester: a truncated ``enrich_start.json`` failed with a bare JSONDecodeError (exit 1)."""
     from cdc_lake.checkpoint_log import PipelineStateError

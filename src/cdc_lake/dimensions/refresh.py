@@ -41,7 +41,7 @@ from pyspark.sql.types import StructField, StructType
 
 from cdc_lake.dimensions.config import SCD1_META, SCD2_META, DimensionPipelineConfig, parse_date
 from cdc_lake.dimensions.diff import SnapshotInvalid, check_snapshot, scd1_changes, scd2_changes
-from cdc_lake.dimensions.snapshot import SnapshotMissing, read_snapshot
+from cdc_lake.dimensions.snapshot import SnapshotMissing, malformed_csv, read_snapshot
 from cdc_lake.dimensions.types import plan_types
 from cdc_lake.engines import Engine, Txn, select_engine
 from cdc_lake.checkpoint import claim_checkpoint
@@ -221,7 +221,13 @@ def _refresh(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, 
                 "delta_version": engine.version(str(cfg.table)) if engine.exists(str(cfg.table)) else None,
                 "applied_at": datetime.now(timezone.utc).isoformat()})
     else:
-        _apply(spark, engine, cfg, date, run_id, summary)
+        try:
+            _apply(spark, engine, cfg, date, run_id, summary)
+        except Exception as e:  # noqa: BLE001 - Spark's CSV parse failure: an invalid snapshot
+            bad = malformed_csv(cfg, cfg.snapshot_file(date), e)
+            if bad is None:
+                raise
+            raise bad from None
     after = last_applied(engine, cfg)
     summary["last_applied_date"] = version_date(after)
     summary["delta_version"] = engine.version(str(cfg.table))

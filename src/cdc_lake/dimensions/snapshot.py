@@ -132,6 +132,34 @@ def _line_separator(f: Path) -> str | None:
     return "\r\n" if i > 0 and head[i - 1:i] == b"\r" else "\n"
 
 
+def malformed_csv(cfg: DimensionPipelineConfig, f: Path, error: BaseException) -> SnapshotInvalid | None:
+    """Spark's FAILFAST error for a CSV record it cannot parse (``MALFORMED_CSV_RECORD``, raised
+    by whichever Spark job reads the file first) as an invalid snapshot naming the file, the
+    record and the usual causes; None for any other error. It was exit 1 (retried) with a Java
+    stack tail; a file that mixes CRLF and bare-LF line ends is one cause (tester J): the record
+    separator is the first line's, so a line with the other ending runs into the next."""
+    text = str(error)
+    if cfg.snapshots.format != "csv" or ("MALFORMED_CSV_RECORD" not in text
+                                         and "Malformed CSV record" not in text):
+        return None
+    record = ""
+    if "Malformed CSV record:" in text:
+        record = text.split("Malformed CSV record:", 1)[1].strip()
+        record = record.split("\n\tat ", 1)[0].split(" SQLSTATE", 1)[0][:200]
+    try:
+        sep = _line_separator(f)
+    except OSError:
+        sep = None
+    ending = {"\r\n": "CRLF", "\n": "LF"}.get(sep or "", "")
+    return SnapshotInvalid(
+        f"{f}: a CSV record cannot be parsed" + (f": {record!r}" if record else "")
+        + " (Spark: MALFORMED_CSV_RECORD); nothing was written. Causes: a row with more fields "
+        "than the header, an unbalanced quote, or line ends that change within the file "
+        + (f"(its first line ends with {ending}: every record must end the same way; a line "
+           f"ending otherwise runs into the next) " if ending else "")
+        + "- fix the export and run this date again")
+
+
 def _read_csv(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path, stored: StructType | None,
               spellings: list[str], fix: str) -> DataFrame:
     """The CSV snapshot read as text and cast by :func:`conform` to the declared types, or

@@ -25,7 +25,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,21 +46,30 @@ class BatchPlan:
     # {"start": offset | None, "end": offset} of the fact source; None: not known (a plan
     # written before this was recorded, the --reprocess snapshot, offsets not readable)
     source: dict[str, Any] | None = None
+    # the same keys -> fingerprint of the table's commit file at that version
+    # (cdc_lake.sources.delta_log.fingerprint): a table re-created since and grown back to the
+    # version number is another table (a number alone let such a replay through; tester J).
+    # Empty: a plan written before this was recorded, or the commit file not readable.
+    commits: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         d: dict[str, Any] = {"batch_id": self.batch_id, "started_at": self.started_at.isoformat(),
                              "versions": self.versions}
         if self.source is not None:
             d["source"] = self.source
+        if self.commits:
+            d["commits"] = self.commits
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> BatchPlan:
         d = json.loads(text)
         src = d.get("source")
+        commits = d.get("commits") if isinstance(d.get("commits"), dict) else {}
         return BatchPlan(int(d["batch_id"]), datetime.fromisoformat(d["started_at"]),
                          {str(k): (None if v is None else int(v)) for k, v in d["versions"].items()},
-                         src if isinstance(src, dict) else None)
+                         src if isinstance(src, dict) else None,
+                         {str(k): str(v) for k, v in commits.items()})
 
 
 def plan_file(checkpoint: Path, batch_id: int) -> Path:
@@ -99,18 +108,42 @@ def _prune(folder: Path, batch_id: int) -> None:
             pass
 
 
+def commit_fingerprint(path: str, version: int | None) -> str | None:
+    """:func:`cdc_lake.sources.delta_log.fingerprint` of ``path``'s commit ``version``; None
+    when there is none or it cannot be read (the identity is then not recorded / not checked)."""
+    if version is None:
+        return None
+    from cdc_lake.sources.delta_log import DeltaLog
+
+    try:
+        return DeltaLog(path).commit_fingerprint(version)
+    except Exception:  # noqa: BLE001 - an identity we cannot read is one we do not check
+        return None
+
+
 def read_at(engine: Engine, path: str, version: int | None, recovery: str = "spark-submit "
-            "spark_jobs/enrich.py --pipeline <the pipeline's YAML> --reprocess") -> DataFrame | None:
+            "spark_jobs/enrich.py --pipeline <the pipeline's YAML> --reprocess",
+            commit: str | None = None) -> DataFrame | None:
     """The table's snapshot at ``version`` (None: the table did not exist then).
 
     Raises :class:`~cdc_lake.checkpoint_log.PipelineStateError` (exit 3) when the table is now
     below ``version`` (re-created or rolled back since the batch was planned: a replay cannot
     read what the batch planned; delta-rs failed with "LogSegment end version ..." on every
-    retry, exit 1: tester)."""
+    retry, exit 1: tester), or when ``commit`` (the fingerprint of the commit at ``version``
+    the plan recorded) differs from the commit now at ``version``: the table was re-created and
+    has grown back to that version number (tester J: a dimension rebuilt by a backfill)."""
     if version is None:
         return None
+    from cdc_lake.checkpoint_log import PipelineStateError
+
+    def refused(now: str, cause: Exception | None = None) -> PipelineStateError:
+        return PipelineStateError(
+            f"a batch of this pipeline was planned on {path} at Delta version {version} and is being "
+            f"replayed, but that table {now} (re-created or rolled back since): the replay cannot "
+            "read what the batch planned. Recovery: put the table back as it was if you can; else "
+            f"rebuild the pipeline's outputs with `{recovery}`")
     try:
-        return engine.read(path, version=version)
+        df = engine.read(path, version=version)
     except Exception as e:  # noqa: BLE001 - looked at only when the read fails (no cost otherwise)
         try:
             now = engine.version(path) if engine.exists(path) else None
@@ -118,14 +151,13 @@ def read_at(engine: Engine, path: str, version: int | None, recovery: str = "spa
             raise e from None
         if now is not None and now >= version:
             raise
-        from cdc_lake.checkpoint_log import PipelineStateError
-
-        raise PipelineStateError(
-            f"a batch of this pipeline was planned on {path} at Delta version {version} and is being "
-            f"replayed, but that table {'is gone' if now is None else f'is at version {now}'} "
-            "(re-created or rolled back since): the replay cannot read what the batch planned. "
-            "Recovery: put the table back as it was if you can; else rebuild the pipeline's "
-            f"outputs with `{recovery}`") from e
+        raise refused("is gone" if now is None else f"is at version {now}") from e
+    if commit is not None:
+        found = commit_fingerprint(path, version)
+        if found is not None and found != commit:
+            raise refused(f"holds another commit at version {version} than when the batch was "
+                          f"planned (commit fingerprint {found}, planned {commit})")
+    return df
 
 
 def now_utc() -> datetime:

@@ -40,8 +40,8 @@ from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensions
 from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
-from cdc_lake.enrich.plan import (BatchPlan, load_or_create_plan, now_utc, plan_file, read_at,
-                                  source_mismatch)
+from cdc_lake.enrich.plan import (BatchPlan, commit_fingerprint, load_or_create_plan, now_utc,
+                                  plan_file, read_at, source_mismatch)
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 from cdc_lake.enrich.table_types import as_types, fit_table
 from cdc_lake.sources.landing_files import (LandedFileMissing, check_batch_files_present,
@@ -116,7 +116,10 @@ class EnrichBatch:
                                     for d in self.cfg.dimensions}
         v["enriched"] = self.engine.version(str(self.cfg.outputs.enriched))
         v["pending"] = self.engine.version(str(self.cfg.outputs.pending))
-        return BatchPlan(batch_id, now_utc(), v, source)
+        paths = {**{f"dim:{d.name}": str(d.table) for d in self.cfg.dimensions},
+                 "enriched": str(self.cfg.outputs.enriched), "pending": str(self.cfg.outputs.pending)}
+        commits = {k: f for k, f in ((k, commit_fingerprint(paths[k], v[k])) for k in v) if f}
+        return BatchPlan(batch_id, now_utc(), v, source, commits)
 
     def _source(self, batch_id: int) -> dict[str, Any] | None:
         """The fact source offsets Spark logged for this batch (None: not a streaming batch of
@@ -145,7 +148,8 @@ class EnrichBatch:
         for d in self.cfg.dimensions:
             version = plan.versions.get(f"dim:{d.name}")
             frame = DimensionFrame(d, read_at(self.engine, str(d.table), version,
-                                              recovery_command(self.cfg)), version)
+                                              recovery_command(self.cfg),
+                                              plan.commits.get(f"dim:{d.name}")), version)
             check_dimension(frame, str(self.cfg.file))
             frames[d.name] = frame
         return frames
@@ -189,9 +193,9 @@ class EnrichBatch:
         dim_versions = {n: f.version for n, f in frames.items()}
         self.stats.dimension_versions = dict(dim_versions)
         enriched0 = read_at(self.engine, str(cfg.outputs.enriched), plan.versions.get("enriched"),
-                            recovery_command(cfg))
+                            recovery_command(cfg), plan.commits.get("enriched"))
         pending0 = read_at(self.engine, str(cfg.outputs.pending), plan.versions.get("pending"),
-                           recovery_command(cfg))
+                           recovery_command(cfg), plan.commits.get("pending"))
         rows = fact_rows(cfg, batch, batch_id)
         norm = latest_per_key(cfg, rows, batch_id).persist()
         cached.append(norm)
