@@ -221,6 +221,15 @@ def test_python_rejects_unknown_keys_of_the_run_conf_too():
     assert validate_run_params({}, table_names=TABLES, conf={"full_refresh": False}) == RunParams()
 
 
+def test_unknown_conf_of_a_dag_without_parameters_says_so():
+    """Tester J: a dimension DAG (no run parameters) answered "Valid keys: " with an empty list."""
+    from cdc_lake.airflow.params import unknown_conf_message
+
+    msg = unknown_conf_message({"full_refresh": True}, set(), dag_id="product_categories")
+    assert msg == ("Unknown run parameter(s) for DAG 'product_categories': 'full_refresh'. "
+                   "This DAG takes no run parameters: trigger it without conf")
+
+
 # --------------------------------------------------------------------------- REST / UI trigger: 400
 
 

@@ -122,8 +122,9 @@ def unknown_conf_message(conf: Mapping[str, Any], allowed: Sequence[str] | set[s
     if not unknown:
         return None
     where = f" for DAG {dag_id!r}" if dag_id else ""
-    return (f"Unknown run parameter(s){where}: {', '.join(repr(k) for k in unknown)}. "
-            f"Valid keys: {', '.join(sorted(allowed))}")
+    valid = (f"Valid keys: {', '.join(sorted(allowed))}" if allowed
+             else "This DAG takes no run parameters: trigger it without conf")
+    return f"Unknown run parameter(s){where}: {', '.join(repr(k) for k in unknown)}. {valid}"
 
 
 def run_type_of(dag_run: Any) -> str | None:
