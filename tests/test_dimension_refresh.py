@@ -645,31 +645,104 @@ def test_csv_quotes_are_read_as_rfc_4180_and_a_quoted_empty_field_is_empty_text(
     assert got == want, got
 
 
-@pytest.mark.parametrize("text,declared", [
-    ("product_id,category\r\n1,Books\n2,Toys\r\n3,Garden\r\n", True),   # one LF line in CRLF
-    ("product_id,category\n1,Books\n2,Toys,extra\n3,Garden\n", False),     # a field too many
-], ids=["mixed_eol_declared", "extra_field_inferred"])
-def test_a_csv_record_spark_cannot_parse_is_an_invalid_snapshot(spark, tmp_path, text, declared):
-    """Tester J: a CRLF export with one bare-LF line failed with Spark's MALFORMED_CSV_RECORD as
-    exit 1 (retried, a Java stack tail): now an invalid snapshot (exit 3) naming the file, the
-    record and the line-ending rule; nothing written, and the fixed file then applies."""
+_GOOD = "product_id,category\r\n1,Books\r\n2,\"Toys\r\n& games\"\r\n3,Garden\r\n"
+
+
+@pytest.mark.parametrize("text,says", [
+    ("product_id,category\r\n1,Books\n2,Toys\r\n3,Garden\r\n", "records end with CRLF (3) and with LF (1)"),
+    ("product_id,category\n1,A\r\n2,B\r\n", "records end with CRLF (2) and with LF (1)"),
+    ("product_id,category\n1,Books\n2,Toys,extra\n3,Garden\n", "line 3 has 3 field(s), the first one (line 1) 2"),
+    ("product_id,category\n1,Books\n2\n", "line 3 has 1 field(s)"),
+    ("product_id,category\n1,Books\n2,\"5 inch screen\n3,Garden\n4,Tools\n", "not valid CSV"),  # open quote
+    ("product_id,category\n1,\"ab\"cd\n", "not valid CSV at line 2"),
+    ("product_id,category\n1,Caf\xe9\n".encode("latin-1"), "not UTF-8 text: line 2, byte 25 of the file (b'1,Caf\\xe9\\n'"),
+    ("", "the file is empty (0 bytes"),
+    (_GOOD, None),  # a CRLF inside a quoted value of a CRLF file is a value, not a record end
+    (_GOOD.replace("\r\n", "\n"), None),
+    ("\ufeffproduct_id,category\n1,A\n\n", None),  # BOM, blank last line
+], ids=["lf_in_crlf", "crlf_in_lf", "field_too_many", "field_missing", "open_quote", "stray_quote",
+        "latin1", "empty", "crlf_in_value", "lf_in_value", "bom_blank_line"])
+def test_a_csv_file_is_checked_by_rfc_4180_before_spark_reads_it(tmp_path, text, says):
+    """Testers J and K: Spark's reader took an open quote as one value running to the end of the
+    file (every key after it deleted, exit 0), stored Latin-1 bytes as U+FFFD, kept a ``\r`` in
+    the last column of a file whose line ends changed, and failed ragged rows with exit 1. Each
+    is now an invalid snapshot naming file and line (truth: the cases are written by hand; the
+    good files are also read back by Python's csv module)."""
+    from cdc_lake.dimensions.csv_check import check_csv_file
+    from cdc_lake.dimensions.refresh import SnapshotInvalid
+
+    f = tmp_path / "2026-01-01.csv"
+    f.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    if says is None:
+        check_csv_file(f, delimiter=",")
+        with open(f, newline="", encoding="utf-8-sig") as fh:
+            assert [r for r in csv.reader(fh) if r][0] == ["product_id", "category"]
+        return
+    with pytest.raises(SnapshotInvalid) as e:
+        check_csv_file(f, delimiter=",")
+    assert str(f) in str(e.value) and says in str(e.value) and "nothing was written" in str(e.value), str(e.value)
+
+
+def test_an_open_quote_deletes_nothing_and_a_tab_delimiter_is_taken(spark, tmp_path):
+    """Tester K: ``3,"5 inch screen`` (a quote left open) made the refresh delete keys 4..10 with
+    exit 0; a tab delimiter was refused as "expected a non-empty string"."""
     from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
 
-    yaml = _pipeline(tmp_path, "eol", schema="schema: {product_id: bigint, category: string}\n"
-                     if declared else "")
-    f = tmp_path / "snaps" / "2026-01-01.csv"
-    f.write_bytes(text.encode("utf-8"))
+    yaml = _pipeline(tmp_path, "quote", schema="schema: {product_id: bigint, category: string}\n")
+    yaml.write_text(yaml.read_text().replace("format: csv}", "format: csv, delimiter: \"\\t\"}"))
     cfg = load_pipeline(yaml)
-    with pytest.raises(SnapshotInvalid) as e:
-        run_refresh(cfg, date="2026-01-01", spark=spark, run_id="e1")
-    assert str(f) in str(e.value) and "MALFORMED_CSV_RECORD" in str(e.value), str(e.value)
-    if "\r\n" in text:
-        assert "first line ends with CRLF" in str(e.value), str(e.value)
-    assert not DeltaTable.is_deltatable(str(cfg.table))
-    f.write_bytes(text.replace("\r\n", "\n").replace(",extra", "").encode("utf-8"))
-    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="e2")["status"] == "succeeded"
+    assert cfg.snapshots.delimiter == "\t"
+    rows = [f"{i}\tc{i}" for i in range(1, 11)]
+    (tmp_path / "snaps" / "2026-01-01.csv").write_text("product_id\tcategory\n" + "\n".join(rows) + "\n")
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="q1")["status"] == "succeeded"
+    rows[2] = '3\t"5 inch screen'
+    (tmp_path / "snaps" / "2026-01-02.csv").write_text("product_id\tcategory\n" + "\n".join(rows) + "\n")
+    with pytest.raises(SnapshotInvalid, match="not valid CSV"):
+        run_refresh(cfg, date="2026-01-02", spark=spark, run_id="q2")
     got = {r["product_id"]: r["category"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
-    assert got == {1: "Books", 2: "Toys", 3: "Garden"}
+    assert got == {i: f"c{i}" for i in range(1, 11)}
+
+
+def test_parquet_text_that_is_not_utf8_is_refused_and_the_table_stays_readable(spark, tmp_path):
+    """Tester K: a Parquet ``binary`` column (no UTF8 annotation) holding ``b"Caf\\xe9"`` went
+    into the table's ``string`` column with exit 0, and the table could no longer be read by
+    anyone (every later refresh exit 1); a UTF8-annotated column with such bytes likewise. Now an
+    invalid snapshot naming the column and the bytes; nothing is written."""
+    import pyarrow.parquet as pq
+
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    cfg = load_pipeline(_pipeline(tmp_path, "utf", fmt="parquet"))
+    snaps = tmp_path / "snaps"
+    ids = pa.array([1, 2], pa.int64())
+    pq.write_table(pa.table({"product_id": ids, "w": ["ok", "fine"]}), snaps / "2026-01-01.parquet")
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="u1")["status"] == "succeeded"
+    raw = pa.array([b"Caf\xe9", b"plain"], pa.binary())
+    for day, w in (("2026-01-02", raw), ("2026-01-03", raw.view(pa.string()))):  # binary; bad string
+        pq.write_table(pa.table({"product_id": ids, "w": w}), snaps / f"{day}.parquet")
+        with pytest.raises(SnapshotInvalid) as e:
+            run_refresh(cfg, date=day, spark=spark, run_id=f"u{day}")
+        assert "['w'] hold text that is not UTF-8" in str(e.value) and "436166E9" in str(e.value), str(e.value)
+    got = {r["product_id"]: r["w"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    assert got == {1: "ok", 2: "fine"}
+
+
+def test_spark_csv_parse_failure_is_an_invalid_snapshot(tmp_path):
+    """The backstop behind the file check: Spark's FAILFAST ``MALFORMED_CSV_RECORD`` (it was
+    exit 1, retried, with a Java stack tail; tester J) becomes an invalid snapshot naming the file
+    and the record; another error stays what it is."""
+    from cdc_lake.dimensions.snapshot import malformed_csv
+
+    cfg = load_pipeline(_pipeline(tmp_path, "eol"))
+    f = tmp_path / "snaps" / "2026-01-01.csv"
+    f.write_bytes(b"product_id,category\r\n1,Books\n2,Toys\r\n")
+    err = RuntimeError("An error occurred while calling o128.collectToPython.\n: org.apache.spark."
+                       "SparkRuntimeException: [MALFORMED_CSV_RECORD] Malformed CSV record: 1,Books\n2,Toys"
+                       " SQLSTATE: KD000\n\tat org.apache.spark.sql.errors...")
+    bad = malformed_csv(cfg, f, err)
+    assert bad is not None and str(f) in str(bad) and "'1,Books\\n2,Toys'" in str(bad), str(bad)
+    assert "first line ends with CRLF" in str(bad)
+    assert malformed_csv(cfg, f, RuntimeError("[PATH_NOT_FOUND] ...")) is None
 
 
 def _fraction_beyond_micros(text: str) -> bool:

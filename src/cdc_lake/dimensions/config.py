@@ -158,9 +158,11 @@ def _snapshots(r: Reader) -> SnapshotSource:
     if "{date}" not in pattern or pattern.replace("{date}", "").count("{") or "/" in pattern:
         raise s.fail("pattern", f"{pattern!r} must contain {{date}} exactly once and no other "
                      "placeholder or folder, e.g. \"{date}.csv\" (date = YYYY-MM-DD)")
-    delimiter = s.str("delimiter", default=",") or ","
-    if len(delimiter) != 1:
-        raise s.fail("delimiter", f"expected one character, got {delimiter!r}")
+    delimiter = s.raw.get("delimiter")  # raw: a tab or space is a delimiter (tester)
+    delimiter = "," if delimiter is None else delimiter
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n':
+        raise s.fail("delimiter", f"expected one character other than a quote or line break, "
+                     f"got {delimiter!r} (a tab: \"\\t\")")
     frac = s.raw.get("max_deleted_fraction")
     if isinstance(frac, str) and re.fullmatch(r"\s*(0|0?\.\d+|1(\.0*)?)\s*", frac):
         frac = float(frac)  # ${MAX_DELETED:-0.2} expands to text

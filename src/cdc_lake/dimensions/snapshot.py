@@ -24,9 +24,10 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from cdc_lake.dimensions.config import SCD1_META, SCD2_META, DimensionPipelineConfig
+from cdc_lake.dimensions.csv_check import check_csv_file
 from cdc_lake.dimensions.diff import SnapshotInvalid
 from cdc_lake.dimensions.types import conform, quote
 
@@ -60,6 +61,9 @@ def read_snapshot(spark: SparkSession, cfg: DimensionPipelineConfig, date: str,
     if cfg.snapshots.format == "csv":
         return _check_reserved(_read_csv(spark, cfg, f, stored, spellings, fix), cfg, where)
     df = _spell_as_table(_read_parquet(spark, f), spellings, where)
+    targets = {c.lower(): t for c, t in (cfg.schema or {}).items()} if cfg.schema else {
+        x.name.lower(): x.dataType.simpleString() for x in (stored.fields if stored else [])}
+    _check_utf8(df, targets, where)
     if cfg.schema:
         have = {c.lower(): c for c in df.columns}
         missing = [c for c in cfg.schema if c.lower() not in have]
@@ -168,6 +172,7 @@ def _read_csv(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path, stored
     round or truncate a value either (``10:00:00.1234567`` was stored as ``10:00:00.123456``,
     exit 0; tester)."""
     where = str(f)
+    check_csv_file(f, delimiter=cfg.snapshots.delimiter)  # UTF-8, RFC 4180, one shape (exit 3)
     if cfg.snapshots.header:
         _check_header(f, cfg.snapshots.delimiter)
     if cfg.schema:
@@ -246,6 +251,29 @@ def _spell_as_table(df: DataFrame, spellings: list[str], where: str) -> DataFram
                                               for c, t in renames.items())
           + " (names compare case-insensitively); stored under the table's spelling", flush=True)
     return df.select(*[F.col(quote(c)).alias(renames.get(c, c)) for c in df.columns])
+
+
+def _check_utf8(df: DataFrame, targets: dict[str, str], where: str) -> None:
+    """Refuse Parquet text that is not UTF-8: string columns, and binary columns that would be
+    stored as ``string`` (``targets``: lower-case name -> the declared or the table's type).
+    Stored, such a value made the Delta table unreadable for every reader (delta-rs: "non UTF-8
+    data"), so every later refresh failed with exit 1 (tester K). One Spark job."""
+    cols = [x.name for x in df.schema.fields if isinstance(x.dataType, StringType)
+            or (isinstance(x.dataType, BinaryType) and targets.get(x.name.lower()) == "string")]
+    if not cols:
+        return
+    bad = [~F.is_valid_utf8(F.col(quote(c)).cast("string")) for c in cols]
+    row = df.agg(*[F.count_if(b).alias(f"n{i}") for i, b in enumerate(bad)]).first()
+    found = [(c, b, int(row[i])) for i, (c, b) in enumerate(zip(cols, bad)) if row and row[i]]
+    if not found:
+        return
+    c, b, n = found[0]
+    examples = [r[0] for r in df.where(b).select(F.hex(F.col(quote(c)).cast("binary"))).limit(3).collect()]
+    raise SnapshotInvalid(
+        f"{where}: column(s) {[x[0] for x in found]} hold text that is not UTF-8 ({c!r}: {n} "
+        f"value(s), e.g. hex {examples}); a Delta string column must hold UTF-8 (stored, such a "
+        "value leaves the table unreadable), so nothing was written. Export the text as UTF-8, "
+        "or keep raw bytes in a column declared `binary` in `schema:`, and re-run this date")
 
 
 _NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
