@@ -727,6 +727,35 @@ def test_parquet_text_that_is_not_utf8_is_refused_and_the_table_stays_readable(s
     assert got == {1: "ok", 2: "fine"}
 
 
+@pytest.mark.parametrize("scd", [1, 2])
+def test_a_snapshot_refused_by_the_delete_limit_does_not_widen_the_table(spark, tmp_path, scd):
+    """Tester K: a cut-off export (``0,1.5``) refused by ``max_deleted_fraction`` said "nothing
+    was written" but had committed the widening of ``w`` int -> double first. The limit is now
+    checked on the diff before any commit; the complete file then widens and applies."""
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    yaml = _pipeline(tmp_path, "cut")
+    yaml.write_text(yaml.read_text().replace("format: csv}", "format: csv, max_deleted_fraction: 0.2}")
+                    .replace("scd: 1", f"scd: {scd}"))
+    cfg = load_pipeline(yaml)
+    snaps = tmp_path / "snaps"
+    (snaps / "2026-01-01.csv").write_text("product_id,w\n" + "".join(f"{i},{i}\n" for i in range(10)))
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="c1")["status"] == "succeeded"
+    before = DeltaTable(str(cfg.table))
+    version, schema = before.version(), str(before.schema().to_arrow())
+    (snaps / "2026-01-02.csv").write_text("product_id,w\n0,1.5\n")
+    with pytest.raises(SnapshotInvalid, match="would delete 9 of the table's 10"):
+        run_refresh(cfg, date="2026-01-02", spark=spark, run_id="c2")
+    after = DeltaTable(str(cfg.table))
+    assert (after.version(), str(after.schema().to_arrow())) == (version, schema)
+    (snaps / "2026-01-02.csv").write_text("product_id,w\n0,1.5\n" + "".join(f"{i},{i}\n" for i in range(1, 10)))
+    summary = run_refresh(cfg, date="2026-01-02", spark=spark, run_id="c3")
+    assert summary["status"] == "succeeded" and summary["widened"] == {"w": "int -> double"}, summary
+    rows = DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()
+    current = {r["product_id"]: r["w"] for r in rows if scd == 1 or r["_is_current"]}
+    assert current == {0: 1.5, **{i: float(i) for i in range(1, 10)}}
+
+
 def test_spark_csv_parse_failure_is_an_invalid_snapshot(tmp_path):
     """The backstop behind the file check: Spark's FAILFAST ``MALFORMED_CSV_RECORD`` (it was
     exit 1, retried, with a Java stack tail; tester J) becomes an invalid snapshot naming the file
