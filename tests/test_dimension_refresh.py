@@ -534,6 +534,14 @@ def test_declared_timestamps_and_dates_outside_years_1_to_9999_are_an_invalid_sn
         run_refresh(cfg, date="2026-01-02", spark=spark, run_id="bad")
     assert "column 'seen'" in str(e.value) and "timestamp" in str(e.value), str(e.value)
     assert DeltaTable(str(cfg.table)).version() == version, "nothing written"
+    # a time of day under a declared date was dropped (stored 2026-01-01, exit 0; tester K)
+    (tmp_path / "snaps" / "2026-01-03.csv").write_text(
+        "product_id,seen,since\n1,2026-01-01T00:00:00Z,2026-01-01 13:45:00\n"
+        "2,2026-01-01T00:00:00Z,2026-01-02 00:00:00\n", encoding="utf-8")
+    with pytest.raises(SnapshotInvalid) as e:
+        run_refresh(cfg, date="2026-01-03", spark=spark, run_id="time")
+    assert "column 'since': 1 value(s)" in str(e.value) and "2026-01-01 13:45:00" in str(e.value), str(e.value)
+    assert DeltaTable(str(cfg.table)).version() == version, "nothing written"
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
