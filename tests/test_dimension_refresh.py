@@ -723,16 +723,26 @@ def test_parquet_text_that_is_not_utf8_is_refused_and_the_table_stays_readable(s
     cfg = load_pipeline(_pipeline(tmp_path, "utf", fmt="parquet"))
     snaps = tmp_path / "snaps"
     ids = pa.array([1, 2], pa.int64())
-    pq.write_table(pa.table({"product_id": ids, "w": ["ok", "fine"]}), snaps / "2026-01-01.parquet")
+    nulls = pa.array([None, None], pa.null())  # all NULL: Spark reads the column as int
+    pq.write_table(pa.table({"product_id": ids, "w": ["ok", "fine"], "n": nulls}),
+                   snaps / "2026-01-01.parquet")
     assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="u1")["status"] == "succeeded"
     raw = pa.array([b"Caf\xe9", b"plain"], pa.binary())
     for day, w in (("2026-01-02", raw), ("2026-01-03", raw.view(pa.string()))):  # binary; bad string
-        pq.write_table(pa.table({"product_id": ids, "w": w}), snaps / f"{day}.parquet")
+        pq.write_table(pa.table({"product_id": ids, "w": w, "n": nulls}), snaps / f"{day}.parquet")
         with pytest.raises(SnapshotInvalid) as e:
             run_refresh(cfg, date=day, spark=spark, run_id=f"u{day}")
         assert "['w'] hold text that is not UTF-8" in str(e.value) and "436166E9" in str(e.value), str(e.value)
     got = {r["product_id"]: r["w"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
     assert got == {1: "ok", 2: "fine"}
+    # the all-NULL column was created as text, so later text fills it (it was int: exit 3; tester K)
+    assert DeltaTable(str(cfg.table)).schema().to_arrow().field("n").type in (pa.string(), pa.large_string(),
+                                                                           pa.string_view())
+    pq.write_table(pa.table({"product_id": ids, "w": ["ok", "fine"], "n": ["a", None]}),
+                   snaps / "2026-01-04.parquet")
+    assert run_refresh(cfg, date="2026-01-04", spark=spark, run_id="u4")["status"] == "succeeded"
+    got = {r["product_id"]: r["n"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    assert got == {1: "a", 2: None}
 
 
 @pytest.mark.parametrize("scd", [1, 2])
