@@ -136,7 +136,7 @@ def read_at(engine: Engine, path: str, version: int | None, recovery: str = "spa
         return None
     from cdc_lake.checkpoint_log import PipelineStateError
 
-    def refused(now: str, cause: Exception | None = None) -> PipelineStateError:
+    def refused(now: str) -> PipelineStateError:
         return PipelineStateError(
             f"a batch of this pipeline was planned on {path} at Delta version {version} and is being "
             f"replayed, but that table {now} (re-created or rolled back since): the replay cannot "
