@@ -661,8 +661,9 @@ _GOOD = "product_id,category\r\n1,Books\r\n2,\"Toys\r\n& games\"\r\n3,Garden\r\n
     ("product_id,category\n1,A\r\n2,B\r\n", "records end with CRLF (2) and with LF (1)"),
     ("product_id,category\n1,Books\n2,Toys,extra\n3,Garden\n", "line 3 has 3 field(s), the first one (line 1) 2"),
     ("product_id,category\n1,Books\n2\n", "line 3 has 1 field(s)"),
-    ("product_id,category\n1,Books\n2,\"5 inch screen\n3,Garden\n4,Tools\n", "not valid CSV"),  # open quote
-    ("product_id,category\n1,\"ab\"cd\n", "not valid CSV at line 2"),
+    ("product_id,category\n1,Books\n2,\"5 inch screen\n3,Garden\n4,Tools\n",
+     "not valid CSV in the record starting on line 3 (read up to line 5)"),  # open quote
+    ("product_id,category\n1,\"ab\"cd\n", "not valid CSV in the record starting on line 2:"),
     ("product_id,category\n1,Caf\xe9\n".encode("latin-1"), "not UTF-8 text: line 2, byte 25 of the file (b'1,Caf\\xe9\\n'"),
     ("", "the file is empty (0 bytes"),
     (_GOOD, None),  # a CRLF inside a quoted value of a CRLF file is a value, not a record end

@@ -46,7 +46,7 @@ def check_csv_file(f: Path, *, delimiter: str) -> None:
         reader = csv.reader(text, delimiter=delimiter, quotechar='"', doublequote=True, strict=True)
         try:
             for row in reader:
-                line = reader.line_num
+                line = reader.line_num  # the record read ends on this line
                 if not row:
                     continue  # a blank line: Spark skips it too
                 if fields is None:
@@ -61,9 +61,10 @@ def check_csv_file(f: Path, *, delimiter: str) -> None:
                         n = v.count("\r\n")
                         crlf_in, lf_in = crlf_in + n, lf_in + v.count("\n") - n
         except csv.Error as e:
-            where = f"line {reader.line_num}"
+            where = f"the record starting on line {line + 1}" + (
+                f" (read up to line {reader.line_num})" if reader.line_num > line + 1 else "")
             raise SnapshotInvalid(
-                f"{f}: not valid CSV at {where}: {e} (a quote left open runs to the end of the "
+                f"{f}: not valid CSV in {where}: {e} (a quote left open runs to the end of the "
                 "file, or a quote inside a quoted value that is not doubled); Spark would read "
                 f"it differently (an open quote: every record after it as one value); {_FIX}") from None
         except UnicodeDecodeError as e:
