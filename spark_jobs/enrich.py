@@ -111,7 +111,11 @@ def _human(s: dict) -> list[str]:
             f"[enrich]   dimension versions {s['dimension_versions']}; tables {s['tables']}"] + (
         [f"[enrich]   --reprocess snapshot (before those batches): {snap['facts_read']} facts, "
          f"{snap['enriched_upserted']} enriched, {snap['parked']} parked, {snap['seconds']} s"]
-        if (snap := s.get("reprocess_snapshot")) else [])
+        if (snap := s.get("reprocess_snapshot")) else []) + (
+        [f"[enrich]   re-join pass {rj['passes']} (no fact change; {rj['reason'] or 'finishing an interrupted pass'}): "
+         f"{rj['released']} released, {rj['released_unknown']} released unknown, "
+         f"{rj['restated']} restated, {rj['seconds']} s"]
+        if (rj := s.get("rejoin")) else [])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,13 @@ table, the pending table and each aggregate table must hold, following
 The waiting time is modelled in batches: ``wait_zero=True`` is ``late_members: {wait: 0s}``
 (released at the next batch after parking), ``False`` a wait longer than any test.
 
+- Runs without fact changes for the parked facts (issue 7: parked facts are "re-joined by every
+  later micro-batch/run"): after a run's micro-batches, if a dimension table has a newer
+  version than the last batch (or re-join pass) saw and there are pending facts or enriched
+  facts flagged unknown — or, with ``wait_zero``, a pending fact was parked in an earlier run
+  and is still pending — the run makes one re-join pass: a batch with no fact change. It is
+  not a micro-batch of the stream (``passes``, not ``batches``).
+
 Example::
 
     cfg = ModelConfig(fact_keys=("order_id", "line_no"), dims=(...), event_time="order_time",
@@ -147,6 +154,8 @@ class EnrichModel:
         self.pending: dict[Key, Row] = {}
         self._agg: dict[str, dict[Key, Row]] = {a.name: {} for a in cfg.aggregates}
         self.batches: list[BatchLog] = []
+        self.passes: list[BatchLog] = []  # re-join passes (no fact change)
+        self._evaluations = 0  # batches and passes, in order (what "parked earlier" compares)
         self.runs: list[Counters] = []
 
     # ---------------------------------------------------------------- upstream commits
@@ -241,14 +250,24 @@ class EnrichModel:
         c = Counters()
         n = max(1, self.cfg.max_versions_per_trigger)
         queued, self._queued = self._queued, []
+        run_start = self._evaluations
         for i in range(0, len(queued), n):
             self._batch(queued[i:i + n], c)
+        seen = (self.batches + self.passes)
+        last = max(seen, key=lambda x: x.batch_id).dimension_versions if seen else None
+        now = {d.name: self.tables[d.table].version for d in self.cfg.dims if d.table in self.tables}
+        flagged = bool(self.pending) or any(e["_unknown_members"] for e in self.enriched.values())
+        waited = self.cfg.wait_zero and any(p["_parked_batch"] < run_start for p in self.pending.values())
+        if (last is not None and last != now and flagged) or waited:
+            self._batch([], c, rejoin=True)
         self.runs.append(c)
         return c
 
-    def _batch(self, versions: list[tuple[int, list[tuple[Key, Row | None]]]], c: Counters) -> None:
-        b = len(self.batches)
-        self.batches.append(BatchLog(b, tuple(v for v, _ in versions), {
+    def _batch(self, versions: list[tuple[int, list[tuple[Key, Row | None]]]], c: Counters,
+               rejoin: bool = False) -> None:
+        b = self._evaluations
+        self._evaluations += 1
+        (self.passes if rejoin else self.batches).append(BatchLog(b, tuple(v for v, _ in versions), {
             d.name: self.tables[d.table].version for d in self.cfg.dims if d.table in self.tables}))
         latest: dict[Key, tuple[int, str, Row]] = {}
         for v, states in versions:

@@ -88,6 +88,21 @@ def test_fact_before_first_scd2_version_is_parked_then_released_unknown_then_res
     assert m.batches[2].dimension_versions == {"orders": 0, "products": 0, "categories": 1, "customers": 1}
 
 
+def test_runs_without_fact_versions_release_by_wait_and_restate_by_member():
+    m = base(wait_zero=True)
+    m.apply(c("order_items", [item(2, 1, 10, 3, 4)], create=True))  # customer 8 starts 2026-01-04
+    m.run()
+    assert set(m.pending) == {(2, 1)} and not m.passes    # parked by this run: not released by it
+    cnt = m.run()                                         # no fact version: the wait ran out
+    assert cnt.released_unknown == 1 and m.pending == {} and len(m.passes) == 1
+    assert m.enriched[(2, 1)]["_unknown_members"] == ["customers"]
+    assert m.run() == type(cnt)() and len(m.passes) == 1  # nothing changed: no pass
+    m.apply(c("customers", [{"id": 8, "city": "Porto", "_valid_from": ts(2), "_valid_to": ts(4),
+                             "_is_current": False}]))
+    assert m.run().restated == 1 and len(m.passes) == 2 and len(m.batches) == 1
+    assert m.enriched[(2, 1)]["customer_city"] == "Porto"
+
+
 def test_long_wait_keeps_parked_until_member_arrives_and_missing_orders_cascade():
     m = base(wait_zero=False)
     m.apply(c("order_items", [item(3, 1, 10, 1, 9)], create=True))   # order 3 does not exist
@@ -97,11 +112,13 @@ def test_long_wait_keeps_parked_until_member_arrives_and_missing_orders_cascade(
     m.apply(c("order_items", [item(1, 1, 10, 1, 1)]))
     m.run()
     assert set(m.pending) == {(3, 1)} and set(m.enriched) == {(1, 1)}   # no release without wait
+    assert m.run().released == 0 and not m.passes         # nothing changed: no pass
     m.apply(c("orders", [{"id": 3, "status": "new", "customer_id": 7, "created_at": ts(1, 12)}]))
-    assert m.run().released == 0                          # no fact version -> no batch
+    batches = len(m.batches)
+    cnt = m.run()                                         # no fact version: a re-join pass
+    assert cnt.released == 1 and m.pending == {} and len(m.batches) == batches and len(m.passes) == 1
     m.apply(c("order_items", [item(1, 2, 10, 1, 1)]))
-    cnt = m.run()
-    assert cnt.released == 1 and m.pending == {}
+    assert m.run().upserted == 1 and len(m.passes) == 1
     e = m.enriched[(3, 1)]
     assert (e["customer_city"], e["_fact_version"], e["_unknown_members"]) == ("Oslo", 0, [])
     assert agg(m) == {("A", date(2026, 1, 1)): (1, 9, 1), ("A", date(2026, 1, 2)): (2, 2, 2)}

@@ -114,12 +114,16 @@ def pinned_readers(table: Path, pipelines: list[Any]) -> list[tuple[str, int]]:
         if not keys:
             continue
         from cdc_lake.enrich.plan import PLANS_DIR
+        from cdc_lake.enrich.rejoin import PLAN_ROOT
 
         checkpoint = Path(p.checkpoint_path)
         done = last_committed_batch(checkpoint)
-        for plan in sorted((checkpoint / PLANS_DIR).glob("*.json")):
-            if not plan.stem.isdigit() or (done is not None and int(plan.stem) <= done):
-                continue
+        # a re-join pass's plan exists only until the pass has written everything
+        plans = [(plan, "batch") for plan in sorted((checkpoint / PLANS_DIR).glob("*.json"))
+                 if plan.stem.isdigit() and (done is None or int(plan.stem) > done)]
+        plans += [(plan, "re-join pass") for plan in sorted((checkpoint / PLAN_ROOT / PLANS_DIR).glob("*.json"))
+                  if plan.stem.isdigit()]
+        for plan, what in plans:
             try:
                 versions = json.loads(plan.read_text(encoding="utf-8"))["versions"]
                 needed = [versions.get(k) for k in keys]
@@ -127,7 +131,7 @@ def pinned_readers(table: Path, pipelines: list[Any]) -> list[tuple[str, int]]:
                 needed = [-1]
             for v in needed:
                 if isinstance(v, int) and not isinstance(v, bool):
-                    found.append((f"{p.name} (batch {plan.stem} replay)", max(v - 1, -1)))
+                    found.append((f"{p.name} ({what} {plan.stem} replay)", max(v - 1, -1)))
     return found
 
 

@@ -32,6 +32,7 @@ from cdc_lake.checkpoint_log import (PipelineStateError, remove_unfinished_write
                                       validate_checkpoint)
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich import aggregate as agg_mod
+from cdc_lake.enrich import rejoin
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.fact_source import START_FILE, fact_stream, prefetch_source, start_version
 from cdc_lake.enrich.preflight import preflight
@@ -119,6 +120,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
     lock.acquire(run_id)
     try:
         stats = EnrichStats()
+        passes = Passes()
         source_ready: Callable[[], None] = lambda: None  # noqa: E731
         try:
             claim_checkpoint(cfg.checkpoint_path, cfg.name, "enrich", cfg.file)  # another's: exit 3
@@ -149,7 +151,8 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
             if reprocess:
                 _bootstrap(spark, cfg, engine, run_id, snapshot)
             source_ready()
-            progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook)
+            progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook,
+                                   started_at=started_at, passes=passes)
         except Exception as e:
             source_ready()  # no Py4J call of the background registration outlives the run
             record_failure(cfg.runs_path, cfg.name, {
@@ -159,22 +162,60 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                 "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
             raise
         summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats,
-                           progress, reprocess, snapshot)
+                           progress, reprocess, snapshot, passes)
         record_summary(cfg.runs_path, cfg.name, summary)
     finally:
         lock.release()
     return summary
 
 
+class Passes:
+    """The re-join passes of a run (:mod:`cdc_lake.enrich.rejoin`): finished after an
+    interruption (``resumed``), run after the stream (``ran``, with ``reason``)."""
+
+    def __init__(self) -> None:
+        self.stats = EnrichStats()
+        self.resumed: list[int] = []
+        self.ran: list[int] = []
+        self.reason: str | None = None
+
+    def run(self, cfg: EnrichConfig, engine: Engine, instance: str, run_id: str, n: int) -> None:
+        batch = EnrichBatch(cfg, engine, instance=f"{instance}-{rejoin.SUFFIX}", run_id=run_id,
+                            stats=self.stats, plan_root=rejoin.plan_root(cfg), rejoin=True)
+        batch(rejoin.no_facts(cfg, engine), n)
+        rejoin.finished(cfg, n)
+
+    def summary(self) -> dict[str, Any] | None:
+        if not (self.resumed or self.ran):
+            return None
+        s = self.stats
+        return {"passes": [rejoin.label(n) for n in self.resumed + self.ran],
+                "resumed": [rejoin.label(n) for n in self.resumed], "reason": self.reason,
+                "released": s.released, "released_unknown": s.released_unknown,
+                "restated": s.restated, "enriched_upserted": s.enriched_upserted,
+                "enriched_deleted": s.enriched_deleted, "dimension_versions": s.dimension_versions,
+                "seconds": round(sum(s.batch_seconds), 3)}
+
+
 def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,
-                stats: EnrichStats, hook: Callable[[int], None] | None) -> list[dict[str, Any]]:
+                stats: EnrichStats, hook: Callable[[int], None] | None, *,
+                started_at: datetime | None = None,
+                passes: Passes | None = None) -> list[dict[str, Any]]:
     for f in remove_unfinished_writes(cfg.checkpoint_path):
         print(f"[enrich] removed {f}: left by a checkpoint log write a killed run never finished, "
               "or the checksum of a log file that was deleted", flush=True)
     # every Spark log file readable, metadata and the events' file-source log complete (exit 3);
     # a missing source log entry made a run skip new event files silently (tester)
     validate_checkpoint(cfg.checkpoint_path, recovery=_recovery(cfg))
-    writer = EnrichBatch(cfg, engine, instance=_instance(cfg), run_id=run_id, stats=stats, hook=hook)
+    instance = _instance(cfg)
+    passes = passes or Passes()
+    # a re-join pass a crash interrupted: finished first (a stream batch planned on its
+    # half-written tables would release its facts a second time)
+    if (n := rejoin.interrupted(cfg, engine, instance)) is not None:
+        print(f"[enrich] re-join pass {n} was interrupted: finishing it before the stream", flush=True)
+        passes.run(cfg, engine, instance, run_id, n)
+        passes.resumed.append(n)
+    writer = EnrichBatch(cfg, engine, instance=instance, run_id=run_id, stats=stats, hook=hook)
     errors: list[BaseException] = []
     guard = _delta_spark_guard(cfg, engine)
     driver_read = _driver_read(cfg, engine, stats)
@@ -213,7 +254,19 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
         if cfg.fact.kind == "change_feed":
             _raise_unavailable(cfg, e)
         raise
-    return [json.loads(p.json) for p in query.recentProgress]
+    progress = [json.loads(p.json) for p in query.recentProgress]
+    # parked / unknown facts whose fate may have changed without a fact change (a member
+    # arrived, a wait ran out): one pass now instead of waiting for the next fact change
+    # facts parked by this run's batches (a replayed one's too) have not waited since
+    parked_by_run = min(t for t in (started_at or datetime.now(timezone.utc), stats.planned_from) if t)
+    reason = rejoin.due(cfg, engine, parked_by_run)
+    if reason is not None:
+        n = rejoin.next_pass(cfg, engine, instance)
+        print(f"[enrich] re-join pass {n}: {reason}", flush=True)
+        passes.reason = reason
+        passes.run(cfg, engine, instance, run_id, n)
+        passes.ran.append(n)
+    return progress
 
 
 def _empty_first_batch(cfg: EnrichConfig, engine: Engine, batch_id: int) -> bool:
@@ -352,7 +405,7 @@ def _bootstrap(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: s
 
 def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetime, duration: float,
              stats: EnrichStats, progress: list[dict[str, Any]], reprocess: bool,
-             snapshot: EnrichStats | None = None) -> dict[str, Any]:
+             snapshot: EnrichStats | None = None, passes: Passes | None = None) -> dict[str, Any]:
     """Counts and ``batches``/``batch_ids`` are the stream's micro-batches of this run; the
     ``--reprocess`` snapshot batch (its own checkpoint, id 0 like the stream's first) is
     ``reprocess_snapshot`` (None otherwise)."""
@@ -362,8 +415,11 @@ def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetim
     # every late event once: the ones Spark's dedup dropped (its numRowsDroppedByWatermark) are
     # read again by the batch and counted there with the others (normalize.latest_per_key)
     dropped = stats.dropped_late
-    dims = dict(stats.dimension_versions) or {d.name: engine.version(str(d.table))
-                                              for d in cfg.dimensions}
+    rejoined = passes.summary() if passes is not None else None
+    dims = (dict(passes.stats.dimension_versions) if rejoined and passes is not None and passes.ran
+            else dict(stats.dimension_versions)) or {d.name: engine.version(str(d.table))
+                                                     for d in cfg.dimensions}
+    extra = passes.stats if passes is not None else EnrichStats()
     tables = {name: engine.version(str(path)) for name, path in cfg.output_tables.items()}
     batch_ids = sorted(set(stats.batch_ids))
     return {
@@ -381,8 +437,11 @@ def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetim
         "aggregate_rows_touched": stats.aggregate_rows_touched,
         "dropped_by_watermark": dropped, "quarantined": stats.quarantined,
         "dimension_versions": dims, "tables": tables,
-        "skipped_writes": stats.skipped_writes, "replayed_batches": stats.replayed_batches,
+        # (with the re-join passes': the operator announces every output after a replay)
+        "skipped_writes": stats.skipped_writes + extra.skipped_writes,
+        "replayed_batches": stats.replayed_batches + extra.replayed_batches,
         "driver_read_batches": stats.driver_read_batches,
         "batch_seconds": stats.batch_seconds, "checkpoint": str(cfg.checkpoint_path),
         "reprocess_snapshot": snap and {**snap, "seconds": sum(snapshot.batch_seconds)},  # type: ignore[union-attr]
+        "rejoin": rejoined,
     }

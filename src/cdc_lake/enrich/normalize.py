@@ -86,14 +86,16 @@ def fact_rows(cfg: EnrichConfig, batch: DataFrame, batch_id: int) -> DataFrame:
     return rows
 
 
-def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int) -> DataFrame:
+def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int,
+                   stream_batch: bool = True) -> DataFrame:
     """Latest change per key: fact columns, ``_fact_version``, ``_is_delete``, ``_reason``,
-    ``_bad``, ``_tie`` (see the module docstring)."""
+    ``_bad``, ``_tie`` (see the module docstring). ``stream_batch=False``: rows that are no
+    micro-batch of the stream (a re-join pass: none), so no watermark of ``batch_id`` applies."""
     k = list(cfg.fact.keys)
     reason = F.lit(None).cast("string")
     ev = cfg.fact.events
     dropped = None
-    if ev is not None:
+    if ev is not None and stream_batch:
         # An event at or before the batch's watermark is late: dropped, counted and kept in the
         # quarantine table (never lost silently). Spark's dedup drops such a row itself only
         # when it is at or before the watermark of the batch before; the ones after it reach

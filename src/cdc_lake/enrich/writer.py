@@ -23,6 +23,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensio
 from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, commit_fingerprint, load_or_create_plan, now_utc,
                                   plan_file, read_at, source_mismatch)
+from cdc_lake.enrich.rejoin import label as rejoin_label
+from cdc_lake.enrich.rejoin import record_join
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 from cdc_lake.enrich.table_types import as_types, fit_table
 from cdc_lake.sources.landing_files import (LandedFileMissing, check_batch_files_present,
@@ -67,6 +70,9 @@ class EnrichStats:
     dimension_versions: dict[str, int | None] = field(default_factory=dict)
     tables: dict[str, int | None] = field(default_factory=dict)
     batch_seconds: list[float] = field(default_factory=list)
+    # the earliest start pinned by a batch of this run (a replayed batch keeps its first
+    # attempt's): facts parked from then on were parked by this run (enrich.rejoin.due)
+    planned_from: datetime | None = None
 
 
 def crash_point(name: str) -> None:
@@ -100,10 +106,14 @@ def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[
 class EnrichBatch:
     def __init__(self, cfg: EnrichConfig, engine: Engine, *, instance: str, run_id: str,
                  stats: EnrichStats, hook: Callable[[int], None] | None = None,
-                 plan_root: Path | None = None) -> None:
+                 plan_root: Path | None = None, rejoin: bool = False) -> None:
         self.cfg, self.engine, self.instance, self.run_id = cfg, engine, instance, run_id
         self.stats, self.hook = stats, hook
         self.plan_root = plan_root or cfg.checkpoint_path
+        # a re-join pass (enrich.rejoin): no fact batch of the stream; its rows and manifest
+        # carry the negative label of the pass, its transaction ids the pass number
+        self.rejoin = rejoin
+        self.label: Callable[[int], int] = rejoin_label if rejoin else (lambda b: b)
         self.keys = cfg.fact.keys
         self.dim_outputs = [o for d in cfg.dimensions for o in d.outputs]
 
@@ -165,11 +175,13 @@ class EnrichBatch:
         if replayed:
             self._check_replay(plan, source)
         self.stats.replayed_batches += int(replayed)
+        if self.stats.planned_from is None or plan.started_at < self.stats.planned_from:
+            self.stats.planned_from = plan.started_at
         cached: list[DataFrame] = []
         try:
             self._process(batch, batch_id, plan, cached)
         except Exception as e:
-            if self.cfg.fact.kind == "events" and not isinstance(e, LandedFileMissing):
+            if self.cfg.fact.kind == "events" and not self.rejoin and not isinstance(e, LandedFileMissing):
                 try:  # a file gone after the batch was planned: name it (exit 3)
                     explain_read_failure(e, self.cfg.checkpoint_path, batch_id, pipeline=self.cfg.name,
                                          glob=None, rerun=rerun_command("enrich.py", self.cfg.file))
@@ -196,8 +208,9 @@ class EnrichBatch:
                             recovery_command(cfg), plan.commits.get("enriched"))
         pending0 = read_at(self.engine, str(cfg.outputs.pending), plan.versions.get("pending"),
                            recovery_command(cfg), plan.commits.get("pending"))
-        rows = fact_rows(cfg, batch, batch_id)
-        norm = latest_per_key(cfg, rows, batch_id).persist()
+        label = self.label(batch_id)
+        rows = fact_rows(cfg, batch, label)
+        norm = latest_per_key(cfg, rows, batch_id, stream_batch=not self.rejoin).persist()
         cached.append(norm)
         # counted with the fates below, in one Spark job (nothing is written before either)
         norm_counts = norm.groupBy("_bad", F.col("_reason").startswith("late event").alias("late")).agg(
@@ -223,7 +236,7 @@ class EnrichBatch:
         fated = pd.with_fate(joined, plan.started_at, cfg.late_wait).persist()
         cached.append(fated)
         counts, ties, fates = _batch_counts(norm_counts, fated)
-        if cfg.fact.kind == "events":  # every file read: were they all still there?
+        if cfg.fact.kind == "events" and not self.rejoin:  # every file read: were they all still there?
             try:
                 check_batch_files_present(cfg.checkpoint_path, batch_id, pipeline=cfg.name,
                                           glob=None, rerun=rerun_command("enrich.py", cfg.file))
@@ -237,7 +250,7 @@ class EnrichBatch:
         self._count_fates(fates)
         phases.mark("join+fate")
 
-        upserts = out.no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, batch_id,
+        upserts = out.no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, label,
                                                dim_versions), self.engine.schema(str(cfg.outputs.enriched)))
         dels = pd.enriched_deletes(fated, deletes, enriched0, self.keys)
         self.stats.enriched_upserted += sum(fates.get(f, 0) for f in pd.RELEASED)
@@ -270,8 +283,8 @@ class EnrichBatch:
         if n_bad:
             self.stats.quarantined += n_bad
             writes.append(("quarantine", cfg.outputs.quarantine, out.quarantine_rows(
-                cfg, norm, all_fact_cols, run_id=self.run_id, batch_id=batch_id), None))
-        manifest = out.manifest_row(self.engine.spark, cfg, plan, batch_id=batch_id,
+                cfg, norm, all_fact_cols, run_id=self.run_id, batch_id=label), None))
+        manifest = out.manifest_row(self.engine.spark, cfg, plan, batch_id=label,
                                     run_id=self.run_id, dim_versions=dim_versions)
         writes.append(("manifest", cfg.outputs.manifest, manifest, None))
         if dels is not None:
@@ -304,7 +317,8 @@ class EnrichBatch:
             phases.mark(table)
         # what the next run checks its own tables against (enrich.state.check_tables)
         record_versions(cfg, versions)
-        print(f"[enrich] batch {batch_id}: dims {dim_versions}, fates {fates}; "
+        record_join(cfg, plan.started_at, dim_versions)  # what enrich.rejoin compares with
+        print(f"[enrich] {'re-join pass' if self.rejoin else 'batch'} {batch_id}: dims {dim_versions}, fates {fates}; "
               + ", ".join(phases.parts), flush=True)
 
     def _committed(self, batch_id: int) -> list[str]:

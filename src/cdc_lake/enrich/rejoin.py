@@ -1,0 +1,180 @@
+"""Re-join pass: parked and unknown-member facts re-joined in a run without fact changes for them.
+
+A micro-batch re-joins the pending facts (and the facts released with unknown members) to the
+dimensions' newest versions. Micro-batches exist only where the fact source has new changes, so
+without this pass a member that arrived in a dimension, or a ``late_members.wait`` that ran out,
+changed nothing until the next fact change: at the end of a day's facts, the parked ones waited
+for the next day's (issue 7: "re-joined by every later micro-batch/run").
+
+So after its stream a run checks (:func:`due`) whether the facts parked or flagged unknown could
+now have another fate than the last batch gave them:
+
+* a dimension's Delta version differs from the versions the last batch or pass joined
+  (``<checkpoint>/enrich_last_join.json``, written after every batch), and there are pending
+  facts or enriched facts with unknown members; or
+* the oldest pending fact was parked before this run started and its wait has run out.
+
+If so, the run makes one **re-join pass**: a batch of the enrichment writer with no fact
+change, planned, written and replayed exactly like a micro-batch (pinned plan, Delta
+transaction ids per table), numbered by its own counter ``n`` = 0, 1, ...: its plans are
+``<checkpoint>/enrich_rejoin/enrich_batches/<n>.json``, its transaction ids
+``enrich-<pipeline>-<instance>-rejoin-<table>`` with version ``n``, and the rows it writes carry
+``_enriched_batch`` = ``-(n + 1)`` (the manifest's ``batch_id`` too): negative, so they are never
+taken for a micro-batch of the stream. A pass interrupted by a crash is finished at the start
+of the next run, before the stream (:func:`resume`): a stream batch planned on its half-written
+tables would release its facts a second time.
+
+Example::
+
+    reason = due(cfg, engine, run_started)       # None: nothing could change
+    if reason:
+        n = run_pass(cfg, engine, instance=..., run_id=..., stats=EnrichStats())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StringType, StructField, StructType
+
+from cdc_lake.engines import Engine
+from cdc_lake.engines.base import empty_frame
+from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.plan import PLANS_DIR
+
+LAST_JOIN_FILE = "enrich_last_join.json"
+PLAN_ROOT = "enrich_rejoin"
+SUFFIX = "rejoin"
+
+
+def label(n: int) -> int:
+    """The ``_enriched_batch`` / manifest ``batch_id`` of pass ``n``: -1, -2, ..."""
+    return -(n + 1)
+
+
+def record_join(cfg: EnrichConfig, started_at: datetime, dims: dict[str, int | None]) -> None:
+    """After a batch's writes: the dimension versions it joined and when it started."""
+    f = cfg.checkpoint_path / LAST_JOIN_FILE
+    tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps({"dimension_versions": dims,
+                               "started_at": started_at.isoformat()}, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, f)
+
+
+def last_join(cfg: EnrichConfig) -> dict[str, Any] | None:
+    """The record of the last batch or pass (None: none recorded, or not readable: the caller
+    then treats every dimension as changed, which costs at most one pass)."""
+    try:
+        data = json.loads((cfg.checkpoint_path / LAST_JOIN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("dimension_versions"), dict) else None
+
+
+def due(cfg: EnrichConfig, engine: Engine, run_started: datetime,
+        now: datetime | None = None) -> str | None:
+    """Why a re-join pass is due now, or None (see the module doc). ``run_started``: facts
+    parked from then on were parked by this run (its start, or the start a replayed batch of
+    it pinned) and have not waited yet: with a wait of 0s a fact parked by a batch is released
+    by a later one, as without the pass, never by the same run. Reads the pending table's
+    row count (delta-rs: from the Parquet footers), at most one Spark aggregate over the pending
+    table and one over the enriched table's unknown flags."""
+    now = now or datetime.now(timezone.utc)
+    pending = str(cfg.outputs.pending)
+    n_pending = engine.count(pending) if engine.exists(pending) else 0
+    current = {d.name: engine.version(str(d.table)) for d in cfg.dimensions}
+    last = last_join(cfg)
+    joined = None if last is None else last["dimension_versions"]
+    if joined != current:
+        changed = ("no record of the versions the last batch joined" if joined is None else
+                   "dimension versions " + ", ".join(
+                       f"{n} {joined.get(n)} -> {v}" for n, v in current.items() if joined.get(n) != v))
+        if n_pending:
+            return f"{changed}; {n_pending} pending fact(s)"
+        unknown = _unknown_count(engine, str(cfg.outputs.enriched))
+        if unknown:
+            return f"{changed}; {unknown} enriched fact(s) with unknown members"
+    if n_pending:
+        oldest = _oldest_parked(engine, pending)
+        if oldest is not None and oldest < run_started and oldest + cfg.late_wait <= now:
+            return (f"pending facts parked since {oldest.isoformat()} have waited "
+                    f"late_members.wait ({_span(cfg.late_wait)})")
+    return None
+
+
+def _unknown_count(engine: Engine, path: str) -> int:
+    df = engine.read(path) if engine.exists(path) else None
+    if df is None or "_unknown_members" not in df.columns:
+        return 0
+    return df.where(F.size("_unknown_members") > 0).limit(1000).count()
+
+
+def _oldest_parked(engine: Engine, path: str) -> datetime | None:
+    df = engine.read(path)
+    if df is None or "_parked_at" not in df.columns:
+        return None
+    # as microseconds: a collected timestamp would be the Python process's local time
+    micros = df.agg(F.unix_micros(F.min("_parked_at"))).first()[0]  # type: ignore[index]
+    if micros is None:
+        return None
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(micros))
+
+
+def _span(d: timedelta) -> str:
+    return f"{int(d.total_seconds())}s"
+
+
+def plan_root(cfg: EnrichConfig) -> Path:
+    return cfg.checkpoint_path / PLAN_ROOT
+
+
+def next_pass(cfg: EnrichConfig, engine: Engine, instance: str) -> int:
+    """The number of the next pass: one more than the last whose manifest row (its last write)
+    is committed."""
+    manifest = str(cfg.outputs.manifest)
+    done = (engine.txn_version(manifest, f"enrich-{cfg.name}-{instance}-{SUFFIX}-manifest")
+            if engine.exists(manifest) else None)
+    return 0 if done is None else done + 1
+
+
+def interrupted(cfg: EnrichConfig, engine: Engine, instance: str) -> int | None:
+    """The number of a pass that was planned but did not finish (its plan exists, its manifest
+    row is not committed), or None. Plans of finished passes (left by a crash right after the
+    last write) are removed: a plan file here holds VACUUM back (:mod:`cdc_lake.retention`)."""
+    n = next_pass(cfg, engine, instance)
+    for f in (plan_root(cfg) / PLANS_DIR).glob("*.json"):
+        if f.stem.isdigit() and int(f.stem) < n:
+            f.unlink(missing_ok=True)
+    return n if (plan_root(cfg) / PLANS_DIR / f"{n}.json").is_file() else None
+
+
+def finished(cfg: EnrichConfig, n: int) -> None:
+    """Pass ``n`` wrote everything: its plan is not needed for a replay any more."""
+    (plan_root(cfg) / PLANS_DIR / f"{n}.json").unlink(missing_ok=True)
+
+
+def no_facts(cfg: EnrichConfig, engine: Engine) -> DataFrame:
+    """An empty frame of the fact source's batch schema (what the writer gets as its facts)."""
+    from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
+
+    spark = engine.spark
+    if cfg.fact.kind == "events":
+        ev = cfg.fact.events
+        assert ev is not None
+        read = DataType.fromDDL(f"{ev.ddl}, `{CORRUPT}` string, `{SOURCE_FILE}` string")
+        assert isinstance(read, StructType)
+        return empty_frame(spark, read)
+    from pyspark.sql.types import LongType, TimestampType
+
+    table = engine.schema(str(cfg.fact.change_feed))
+    fields = list(table.fields) if table is not None else []
+    return empty_frame(spark, StructType([
+        *fields, StructField("_change_type", StringType()), StructField("_commit_version", LongType()),
+        StructField("_commit_timestamp", TimestampType())]))
