@@ -161,6 +161,16 @@ def test_every_broken_file_is_listed_and_duplicates_are_caught(monkeypatch, tmp_
     assert f"{g}: pipeline: duplicate pipeline name 'good_one' (also in {b})" in message
 
 
+def test_hidden_yaml_files_are_not_pipelines(monkeypatch, tmp_path):
+    """Tester M: a hidden copy (``.orders.yaml``, as an editor or a staged file leaves it) and an
+    editor's lock symlink ``.#orders.yaml`` unloaded the real DAG as a duplicate name."""
+    write_pipeline(tmp_path, "orders")
+    write_pipeline(tmp_path, "orders", file=".orders.yaml")
+    (tmp_path / ".#orders.yaml").symlink_to("root@host.1234:1700000000")
+    bag = load_bag(monkeypatch, tmp_path)
+    assert bag.dag_ids == ["orders"] and CHECK_FILE not in bag.import_errors, bag.import_errors
+
+
 def test_missing_pipelines_folder_is_an_import_error(monkeypatch, tmp_path):
     bag = load_bag(monkeypatch, tmp_path / "nope")
     assert bag.dag_ids == []

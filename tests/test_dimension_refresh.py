@@ -284,6 +284,9 @@ def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
     ({"schedule": "{assets: [file:///x]}"}, "schedule", "logical date"),
     ({"snapshots": "{path: s, format: csv, pattern: \"snap.csv\"}"}, "snapshots.pattern", "{date}"),
     ({"snapshots": "{path: s, format: xlsx}"}, "snapshots.format", "csv, parquet"),
+    ({"snapshots": "{path: s, format: csv, pattern: \"{date}}.csv\"}"}, "snapshots.pattern", "brace"),
+    ({"snapshots": "{path: s, format: csv, pattern: \"_{date}.csv\"}"}, "snapshots.pattern", "hidden"),
+    ({"snapshots": "{path: s, format: csv, pattern: \".{date}.csv\"}"}, "snapshots.pattern", "hidden"),
     ({"schema": "{category: string}"}, "schema", "key columns"),
     ({"schema": "{product_id: int, _Is_Current: boolean}"}, "schema", "maintains"),
     ({"scd": "3"}, "scd", "1 or 2"),
@@ -712,6 +715,28 @@ def test_an_open_quote_deletes_nothing_and_a_tab_delimiter_is_taken(spark, tmp_p
     assert got == {i: f"c{i}" for i in range(1, 11)}
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_snapshot_file_name_with_glob_characters_is_read_literally(spark, tmp_path, fmt):
+    """Tester M: pattern ``cats[1]_{date}.csv`` loaded the decoy ``cats1_<date>.csv`` next to it
+    (Spark read the path as a glob), exit 0; on a later day the refresh would have deleted every
+    key the decoy lacks."""
+    from cdc_lake.dimensions.refresh import run_refresh
+
+    yaml = _pipeline(tmp_path, "globs", fmt=fmt)
+    yaml.write_text(yaml.read_text().replace(f"format: {fmt}}}", f"format: {fmt}, pattern: \"c*[1]_{{date}}.{fmt}\"}}"))
+    cfg = load_pipeline(yaml)
+    real = {i: f"c{i}" for i in (1, 2, 3)}
+    for name, rows in ((f"c*[1]_2026-01-01.{fmt}", real), (f"cX1_2026-01-01.{fmt}", {9: "WRONG"})):
+        f = tmp_path / "snaps" / name
+        if fmt == "csv":
+            f.write_text("product_id,category\n" + "".join(f"{k},{v}\n" for k, v in rows.items()))
+        else:
+            pq.write_table(pa.table({"product_id": list(rows), "category": list(rows.values())}), f)
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="g1")["status"] == "succeeded"
+    got = {r["product_id"]: r["category"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    assert got == real
+
+
 def test_parquet_text_that_is_not_utf8_is_refused_and_the_table_stays_readable(spark, tmp_path):
     """Tester K: a Parquet ``binary`` column (no UTF8 annotation) holding ``b"Caf\\xe9"`` went
     into the table's ``string`` column with exit 0, and the table could no longer be read by
@@ -970,3 +995,26 @@ def test_a_snapshot_deleting_more_than_max_deleted_fraction_is_refused(spark, tm
     yaml.write_text(yaml.read_text(encoding="utf-8").replace("0.5", "1.5"), encoding="utf-8")
     with pytest.raises(ConfigError, match="snapshots.max_deleted_fraction"):
         load_pipeline(yaml)
+
+
+def test_a_timestamp_with_a_named_zone_is_an_invalid_snapshot(spark, tmp_path, capsys):
+    """Tester L: ``2026-11-01 01:30:00 PST`` (the hour Los Angeles repeats) was stored as the PDT
+    instant, ``CST`` as US Central instead of China Standard Time, exit 0. A zone by name is no
+    fixed offset: exit 3 naming the values; an offset, ``Z`` or ``UTC`` is taken."""
+    job = _job()
+    yaml = _pipeline(tmp_path, "zones", schema="schema: {product_id: bigint, seen: timestamp}\n")
+    snaps = tmp_path / "snaps"
+    (snaps / "2026-01-01.csv").write_text(
+        "product_id,seen\n1,2026-11-01 01:30:00 PST\n2,2026-11-01 01:30:00 CST\n"
+        "3,2026-11-01 01:30:00 America/Los_Angeles\n4,2026-11-01T01:30:00-08:00\n", encoding="utf-8")
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-01"]) == 3
+    err = capsys.readouterr().err
+    assert "INVALID SNAPSHOT" in err and "3 value(s) with a time zone given by name" in err, err
+    assert "'2026-11-01 01:30:00 PST'" in err and "Traceback" not in err, err
+    (snaps / "2026-01-02.csv").write_text(
+        "product_id,seen\n1,2026-11-01T01:30:00-08:00\n2,2026-11-01 01:30:00 UTC\n3,2026-11-01T01:30:00Z\n",
+        encoding="utf-8")
+    assert job.main(["--pipeline", str(yaml), "--date", "2026-01-02"]) == 0
+    rows = DeltaTable(str(load_pipeline(yaml).table)).to_pyarrow_table().to_pylist()
+    assert {r["product_id"]: r["seen"].replace(tzinfo=None) for r in rows} == {
+        1: datetime(2026, 11, 1, 9, 30), 2: datetime(2026, 11, 1, 1, 30), 3: datetime(2026, 11, 1, 1, 30)}

@@ -200,11 +200,17 @@ def test_read_as_of_a_version_is_that_snapshot(spark, engine, tmp_path):
     assert engine.read(str(tmp_path / "nope"), version=0) is None
 
 
-@pytest.mark.parametrize("folder", ["with space", "unicode_é"])
-def test_tables_under_folders_with_special_characters(spark, engine, tmp_path, folder):
+@pytest.mark.parametrize(("folder", "decoy"), [("with space", None), ("unicode_é", None),
+                                               ("lake {x}", "lake x"), ("a*b?", "aZZbQ")])
+def test_tables_under_folders_with_special_characters(spark, engine, tmp_path, folder, decoy):
     """delta-rs returns percent-encoded file URIs: handed to Spark as they are, a table under
     `with space/` was written once and then failed every read (PATH_NOT_FOUND, tester). (A
-    folder named with `%` is beyond delta-rs 1.6.6 itself: it decodes `a%20b` to `a b`.)"""
+    folder named with `%` is beyond delta-rs 1.6.6 itself: it decodes `a%20b` to `a b`.)
+    Spark expands glob characters in the paths it reads: a table under `lake {x}` was read
+    from `lake x` (its files "gone": a false exit 3, tester), so a decoy table with the same
+    file layout sits where the glob would match."""
+    if decoy is not None:
+        engine.merge(str(tmp_path / decoy / "t"), _df(spark, [(99, "decoy", None, "1")]), SPEC, txn=Txn("d", 1))
     path = str(tmp_path / folder / "t")
     engine.merge(path, _df(spark, [(1, "x", None, "1")]), SPEC, txn=Txn("s", 1))
     engine.merge(path, _df(spark, [(2, "y", None, "1")]), SPEC, txn=Txn("s", 2))

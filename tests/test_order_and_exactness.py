@@ -280,18 +280,30 @@ def test_boolean_date_timestamp_values_are_never_stored_changed(spark, tmp_path)
         ev(15, at="0001-01-01T00:30:00+01:00"),          # year 0 in UTC
         ev(16, at="9999-12-31T23:59:59.999999Z"),        # exact: the last microsecond
         ev(17, at="0001-01-01T00:00:00Z"),               # exact: the first
+        # a zone by name is no fixed offset (tester): PST read as Los Angeles (PDT that night),
+        # CST as US Central, a repeated local hour resolved silently
+        ev(18, at="2026-11-01 01:30:00 PST"),
+        ev(19, at="2026-11-01 01:30:00 CST"),
+        ev(20, at="2026-11-01 01:30:00 America/Los_Angeles"),
+        ev(21, at="2026-11-01T01:30:00-08:00"),          # exact: an offset
+        ev(22, at="2026-11-01 01:30:00 UTC"),            # exact: UTC by name
+        ev(23, at="2026-11-01 01:30:00 GMT+08:00"),      # exact: an offset from GMT
     ])
     s2 = run_pipeline(cfg, spark=spark, run_id="r2")
     assert s2["status"] == "succeeded"
     rows = _rows(cfg.tables["t0"].path)
-    assert set(rows) == {1, 4, 5, 6, 7, 10, 12, 16, 17}, sorted(rows)
+    assert set(rows) == {1, 4, 5, 6, 7, 10, 12, 16, 17, 21, 22, 23}, sorted(rows)
+    assert [rows[i]["at"].replace(tzinfo=None) for i in (21, 22, 23)] == [
+        datetime(2026, 11, 1, 9, 30), datetime(2026, 11, 1, 1, 30), datetime(2026, 10, 31, 17, 30)]
     assert [rows[i]["at"].replace(tzinfo=None) for i in (16, 17)] == [
         datetime(9999, 12, 31, 23, 59, 59, 999999), datetime(1, 1, 1)]
     assert [rows[i]["flag"] for i in (1, 4, 5, 6, 7)] == [True, True, False, False, True]
     assert rows[10]["d"] == date(2024, 2, 29)
     assert rows[12]["at"].replace(tzinfo=None) == datetime(2024, 1, 1, 10, 30, 0, 123456)
     reasons = {json.loads(r["raw_line"])["data"]["id"]: r["reason"] for r in _quarantine(cfg)}
-    assert set(reasons) == {2, 3, 8, 9, 11, 13, 14, 15}, reasons
+    assert set(reasons) == {2, 3, 8, 9, 11, 13, 14, 15, 18, 19, 20}, reasons
+    assert ('value "2026-11-01 01:30:00 PST" does not fit column type timestamp exactly' in reasons[18]
+            and "named zone" in reasons[18]), reasons[18]
     assert ('table t0 column at: value "9999-12-31T23:30:00-01:00" does not fit column type '
             "timestamp exactly") in reasons[14], reasons[14]
     assert ("table t0 column flag: value 2 does not fit column type boolean exactly "

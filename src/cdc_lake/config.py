@@ -382,13 +382,17 @@ def parse_maintenance(r: Reader) -> Any:
 
 def load_all(directory: str | os.PathLike[str]) -> tuple[list[Any], list[ConfigError]]:
     """Load every ``*.yaml``/``*.yml`` in a folder (any kind); broken files are returned, not skipped silently.
+    Hidden files (a name starting with ``.``: an editor's backup or lock file, a YAML staged
+    under a hidden name) are not pipelines: Airflow ignores them too (tester: a hidden copy
+    unloaded the real pipeline as a duplicate name).
 
     Besides each file's own checks: two pipelines with one name, or whose written paths overlap
     (:func:`cdc_lake.paths.check_shared_paths`), are returned as errors, and none of them as a config.
     """
     ok: list[Any] = []
     bad: list[ConfigError] = []
-    files = sorted([*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")])
+    files = sorted(f for f in [*Path(directory).glob("*.yaml"), *Path(directory).glob("*.yml")]
+                   if not f.name.startswith("."))
     for f in files:
         try:
             ok.append(load_pipeline(f))

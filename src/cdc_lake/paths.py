@@ -138,6 +138,22 @@ def check_path_escapes(cfg: Any) -> None:
                 "characters"))
 
 
+_GLOB = re.compile(r"([\\\[\]{}*?])")
+
+
+def glob_escape(path: str) -> str:
+    """``path`` as Spark's file readers take it literally: they expand Hadoop glob patterns
+    (``{a,b}``, ``[ab]``, ``*``, ``?``) in every path they are given, so a folder or file named
+    ``cats[1]_2026-01-01.csv`` or ``lake {x}`` was read as a pattern: another file, or none
+    (tester: a dimension snapshot loaded from a decoy file, exit 0). A backslash escapes.
+
+    Example::
+
+        spark.read.csv(glob_escape("/snapshots/cats[1]_2026-01-01.csv"))
+    """
+    return _GLOB.sub(r"\\\1", path)
+
+
 def mv_aside(path: Any, suffix: str = ".damaged") -> str:
     """The shell command that moves ``path`` aside, quoted for paths with spaces, the new name
     stamped with the UTC time the message was written

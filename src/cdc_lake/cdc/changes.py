@@ -51,6 +51,12 @@ class TablePlan:
     spellings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+# how to send a value the check refused, by column type (appended to the quarantine reason)
+_HOW = {"timestamp": " (a timestamp is taken with its zone as Z, UTC or a numeric offset such as "
+                     "+08:00, or none; a named zone such as PST or America/Los_Angeles is no fixed "
+                     "offset)"}
+
+
 def _a(c: str) -> str:
     return f"__a_{c}"
 
@@ -167,7 +173,7 @@ def typed_changes(events: DataFrame, plan: TablePlan, run_id: str, *,
             problems.append(F.when(matters & ~is_exact(raw, a[c], ct, c), F.concat(
                 F.lit(f"table {plan.name} column {c}: value "), F.to_json(raw),
                 F.lit(f" does not fit column type {ct.sql} exactly (would be stored as "),
-                a[c].cast("string"), F.lit("); not stored changed"))))
+                a[c].cast("string"), F.lit("); not stored changed" + _HOW.get(ct.sql.strip().lower(), "")))))
     problems += _big_numbers(plan, sp, needed)
     stored = {c: a[c] if c in plan.keys or not check_exact(c, ct)
               else F.when(needed | is_exact(source_value(row, c, sp[c]),

@@ -217,6 +217,13 @@ def _floor_div(n: Column, d: int) -> Column:
 _EXACT_DATE_RE = r"^\s*[+-]?\d{4,}-\d{1,2}-\d{1,2}\s*$"
 # A timestamp string with sub-microsecond digits that are not all zero (stored truncated to µs).
 _BEYOND_MICROS_RE = r":\d{2}[.,]\d{6}0*[1-9]"
+# A timestamp string naming its time zone (two letters or more other than UTC / GMT / UT: an
+# abbreviation such as PST or CST, a region such as America/Los_Angeles). Spark maps an
+# abbreviation to a region that follows daylight saving (PST -> America/Los_Angeles: "01:30
+# PST" on the night DST ends was stored as the PDT instant, CST as US Central instead of China
+# Standard Time) and silently picks an instant for a local time a region skips or repeats
+# (tester): such a value names no fixed offset, so it is not taken.
+NAMED_ZONE_RE = r"(?i)(?<![A-Z])(?!(?:UTC|GMT|UT)(?![A-Z]))[A-Z]{2,}"
 
 
 def kind_checked(sql: str) -> bool:
@@ -236,9 +243,11 @@ def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
       blanks allowed); ``"2024-01-01 10:30:00"``, ``"2024-01-01T00:00:00"``, ``"2024-05"`` and
       non-strings are not.
     * ``timestamp``: a string Spark parses, except one with non-zero digits beyond
-      microseconds (``"... 10:30:00.1234567"`` would be stored truncated) or one outside years
-      1 to 9999 in UTC; not a number (Spark would read it as seconds). A date-only string is
-      midnight, an offset is converted to UTC: the same instant, exact.
+      microseconds (``"... 10:30:00.1234567"`` would be stored truncated), one outside years
+      1 to 9999 in UTC, or one naming its time zone (``PST``, ``America/Los_Angeles``: no fixed
+      offset, see ``NAMED_ZONE_RE``); not a number (Spark would read it as seconds). A
+      date-only string is midnight, an offset (``Z``, ``UTC``, ``+08:00``) is converted to UTC:
+      the same instant, exact.
     * ``double``: any finite value; an infinite or NaN one only from a string spelling it
       (``"Infinity"``, ``"NaN"``: PostgreSQL floats); a number beyond the double range (``1e400``,
       parsed as Infinity) is not.
@@ -266,7 +275,8 @@ def kind_exact(raw: Column, decoded: Column, sql: str) -> Column:
         first, last = _EPOCH_RANGE["us"]
         ok = (F.schema_of_variant(raw) == "STRING") & (
             ~(F.length(text) > 26) | ~text.rlike(_BEYOND_MICROS_RE)) & (
-            F.unix_micros(decoded.cast("timestamp")).between(F.lit(first), F.lit(last)))
+            F.unix_micros(decoded.cast("timestamp")).between(F.lit(first), F.lit(last))) & (
+            ~text.rlike(NAMED_ZONE_RE))
     elif t in ("double", "float"):  # a number beyond the double range parses as +-Infinity
         ok = (~(F.isnan(decoded) | decoded.isin(float("inf"), float("-inf")))
               | ((F.schema_of_variant(raw) == "STRING")

@@ -155,9 +155,13 @@ def _snapshots(r: Reader) -> SnapshotSource:
     s.check_known({"path", "format", "pattern", "header", "delimiter", "max_deleted_fraction"})
     fmt = s.choice("format", SNAPSHOT_FORMATS, default="csv")
     pattern = s.str("pattern", default="{date}." + fmt) or ""
-    if "{date}" not in pattern or pattern.replace("{date}", "").count("{") or "/" in pattern:
+    rest = pattern.replace("{date}", "", 1)
+    if "{date}" not in pattern or "{" in rest or "}" in rest or "/" in pattern or "\\" in pattern:
         raise s.fail("pattern", f"{pattern!r} must contain {{date}} exactly once and no other "
-                     "placeholder or folder, e.g. \"{date}.csv\" (date = YYYY-MM-DD)")
+                     "brace, placeholder, folder or backslash, e.g. \"{date}.csv\" (date = YYYY-MM-DD)")
+    if pattern[:1] in ("_", "."):
+        raise s.fail("pattern", f"{pattern!r}: Spark skips files whose name starts with '_' or '.' "
+                     "(hidden files) and would find no snapshot; use a name that starts otherwise")
     delimiter = s.raw.get("delimiter")  # raw: a tab or space is a delimiter (tester)
     delimiter = "," if delimiter is None else delimiter
     if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n':

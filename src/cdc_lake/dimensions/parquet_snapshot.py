@@ -18,6 +18,7 @@ from pyspark.sql.types import BinaryType, StringType
 
 from cdc_lake.dimensions.diff import SnapshotInvalid
 from cdc_lake.dimensions.types import quote
+from cdc_lake.paths import glob_escape
 
 
 def check_utf8(df: DataFrame, targets: dict[str, str], where: str) -> None:
@@ -63,11 +64,11 @@ def read_parquet(spark: SparkSession, f: Path) -> DataFrame:
             f"{f}: column(s) {nested} hold nanosecond timestamps inside a struct, list or map, "
             f"which Spark cannot read, so nothing was written. {fix}")
     if not nanos:
-        return spark.read.parquet(str(f))
+        return spark.read.parquet(glob_escape(str(f)))
     before = spark.conf.get(_NANOS_AS_LONG, None)
     spark.conf.set(_NANOS_AS_LONG, "true")
     try:  # Spark 4.2 needs the setting only to resolve the schema; both readers then read longs
-        df = spark.read.parquet(str(f))
+        df = spark.read.parquet(glob_escape(str(f)))
     finally:
         if before is None:
             spark.conf.unset(_NANOS_AS_LONG)

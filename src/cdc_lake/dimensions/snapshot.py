@@ -31,6 +31,7 @@ from cdc_lake.dimensions.csv_check import check_csv_file
 from cdc_lake.dimensions.parquet_snapshot import check_utf8, nulls_as_text, read_parquet
 from cdc_lake.dimensions.diff import SnapshotInvalid
 from cdc_lake.dimensions.types import conform, quote
+from cdc_lake.paths import glob_escape
 
 __all__ = ["SnapshotInvalid", "SnapshotMissing", "read_snapshot"]
 
@@ -181,8 +182,8 @@ def _read_csv(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path, stored
         targets = _declared(cfg, spellings)
         return conform(_blank_is_null(text, targets), targets, where=where,
                        against="the declared (`schema:`)", fix=fix)
-    inferred = _csv_reader(spark, cfg, f).option("inferSchema", "true").csv(str(f)).schema
-    text = _csv_reader(spark, cfg, f).schema(_as_text(inferred.names)).csv(str(f))
+    inferred = _csv_reader(spark, cfg, f).option("inferSchema", "true").csv(glob_escape(str(f))).schema
+    text = _csv_reader(spark, cfg, f).schema(_as_text(inferred.names)).csv(glob_escape(str(f)))
     text = _spell_as_table(text, spellings, where)
     keep = {x.name.lower() for x in (stored.fields if stored else []) if x.dataType == StringType()}
     targets = {c: "string" if c.lower() in keep else x.dataType.simpleString()
@@ -196,10 +197,10 @@ def _declared_text(spark: SparkSession, cfg: DimensionPipelineConfig, f: Path) -
     columns ignored), or without a header by position."""
     assert cfg.schema
     if not cfg.snapshots.header:
-        return _csv_reader(spark, cfg, f).schema(_as_text(list(cfg.schema))).csv(str(f))
+        return _csv_reader(spark, cfg, f).schema(_as_text(list(cfg.schema))).csv(glob_escape(str(f)))
     # by name: a schema given to Spark's CSV reader is applied by position and the header
     # ignored (an export with two columns swapped was stored swapped, exit 0)
-    text = _csv_reader(spark, cfg, f).csv(str(f))  # every column a string, named by the header
+    text = _csv_reader(spark, cfg, f).csv(glob_escape(str(f)))  # every column a string, named by the header
     have = {c.lower(): c for c in text.columns}
     missing = [c for c in cfg.schema if c.lower() not in have]
     if missing:

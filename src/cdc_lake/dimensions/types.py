@@ -103,7 +103,19 @@ def reasons(c: Column, s: str, t: str) -> dict[str, Column]:
     if t != "date":
         out["with a non-zero digit beyond microseconds (a timestamp holds 6 fraction digits; "
             "Spark would drop the rest)"] = c.isNotNull() & beyond_micros(c)
+        out["with a time zone given by name (PST, America/Los_Angeles: no fixed offset; give Z, "
+            "UTC or a numeric offset such as +08:00)"] = c.isNotNull() & named_zone(c)
     return out
+
+
+def named_zone(c: Column) -> Column:
+    """True for timestamp text naming its zone (:data:`cdc_lake.cdc.column_types.NAMED_ZONE_RE`):
+    Spark reads ``PST`` as America/Los_Angeles, which follows daylight saving, ``CST`` as US
+    Central, and picks an instant for a local time a region skips or repeats (tester: stored
+    1 h or 13 h off, exit 0)."""
+    from cdc_lake.cdc.column_types import NAMED_ZONE_RE
+
+    return c.rlike(NAMED_ZONE_RE)
 
 
 def misfit(c: Column, s: str, t: str) -> Column:
@@ -124,7 +136,7 @@ def misfit(c: Column, s: str, t: str) -> Column:
             same = same & (F.length(digits) <= scale) & ~F.coalesce(exp, F.lit(False))
     elif s == "string" and t in ("timestamp", "timestamp_ntz"):  # in years 1-9999 and no
         # digit past microseconds ("...00.0000009" was stored as "...00", exit 0; tester)
-        same = ~_far(conv, t) & ~beyond_micros(c)
+        same = ~_far(conv, t) & ~beyond_micros(c) & ~named_zone(c)
     elif s == "string" and t == "date":  # and no time of day: "2026-01-01 13:45:00" was stored
         # as 2026-01-01 under a declared date (exit 0; tester K); midnight text is exact
         ts = c.try_cast("timestamp")

@@ -79,6 +79,8 @@ class DeltaSparkEngine(Engine):
 
         Delta has no public API for this; the log format is the protocol, so read it directly.
         """
+        from cdc_lake.paths import glob_escape  # Spark's readers expand globs ({x}, *) in paths
+
         log = path.rstrip("/") + "/_delta_log"
         versions: list[int] = []
         jvm_fs = self.spark._jvm.org.apache.hadoop.fs  # type: ignore[union-attr]
@@ -89,13 +91,13 @@ class DeltaSparkEngine(Engine):
         names = [s.getPath().getName() for s in fs.listStatus(hpath)]
         json_after, checkpoint_parts = log_files_to_read(names)
         if json_after:
-            commits = self.spark.read.json([log + "/" + n for n in json_after])
+            commits = self.spark.read.json([glob_escape(log + "/" + n) for n in json_after])
             if "txn" in commits.columns:
                 row = commits.where(F.col("txn.appId") == app_id).agg(F.max("txn.version")).first()
                 if row and row[0] is not None:
                     versions.append(int(row[0]))
         if checkpoint_parts:
-            cp = self.spark.read.parquet(*[log + "/" + n for n in checkpoint_parts])
+            cp = self.spark.read.parquet(*[glob_escape(log + "/" + n) for n in checkpoint_parts])
             if "txn" in cp.columns:
                 row = cp.where(F.col("txn.appId") == app_id).agg(F.max("txn.version")).first()
                 if row and row[0] is not None:

@@ -221,15 +221,19 @@ def _hadoop_path(uri: str) -> str:
     """A delta-rs file URI as the path string Spark's reader takes: delta-rs percent-encodes
     the path (``/lake/with%20space/part-0.parquet``, ``s3://b/with%20space/...``) and Hadoop's
     ``Path`` reads ``%20`` literally (PATH_NOT_FOUND for a table under a folder with a space or
-    a non-ASCII character); Hadoop quotes the decoded path itself."""
+    a non-ASCII character); Hadoop quotes the decoded path itself. Glob characters are escaped:
+    Spark expands them, so a table under ``/lake {x}`` was read as ``/lake x`` (its files "gone",
+    a false exit 3; tester)."""
     from urllib.parse import unquote, urlsplit
 
+    from cdc_lake.paths import glob_escape
+
     if "%" not in uri:
-        return uri
+        return glob_escape(uri)
     parts = urlsplit(uri)
     if not parts.scheme or len(parts.scheme) == 1:  # a local path (or a Windows drive letter)
-        return unquote(uri)
-    return f"{parts.scheme}://{parts.netloc}{unquote(parts.path)}"
+        return glob_escape(unquote(uri))
+    return f"{parts.scheme}://{parts.netloc}{glob_escape(unquote(parts.path))}"
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
