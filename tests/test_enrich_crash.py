@@ -205,3 +205,25 @@ def test_kill_at_point_on_random_history(tmp_path, point):
         problems = expected_vs_actual(out, model, cfg)
         assert not problems, (f"CDC_SEED={seed} kill at {point} in run after #{kill_at}:\n  "
                               + "\n  ".join(problems) + "\n" + hist.describe())
+
+
+@pytest.mark.slow  # 3 job processes per point; the default tier kills a pass in-process
+@pytest.mark.parametrize("point", POINTS)
+def test_kill_a_rejoin_pass_at_point_then_rerun_matches_model(tmp_path, point):
+    """A run without fact changes whose re-join pass (order 3 arrives: its parked line is
+    released) is SIGKILLed at ``point``; the rerun finishes the pass before anything else and
+    the tables equal the model's uninterrupted history."""
+    yaml, out, model = _setup(tmp_path, wait_zero=False)
+    p, _ = _run(yaml)
+    assert p.returncode == 0, _tail(p)
+    model.run()
+    arrives = _c("orders", [{"id": 3, "status": "new", "customer_id": 7, "created_at": _ts(1, 12)}])
+    write_commit(tmp_path / "lake", arrives)
+    model.apply(arrives)
+    assert model.run().released == 1 and len(model.passes) == 1
+    p, _ = _run(yaml, crash=point)
+    _assert_killed(p, point)
+    p, summary = _run(yaml)
+    assert p.returncode == 0, _tail(p)
+    assert summary["rejoin"] is not None or point == "enrich:before_commit", summary
+    _assert_matches_model(out, model)

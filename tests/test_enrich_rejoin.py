@@ -187,3 +187,32 @@ def _cli():  # type: ignore[no-untyped-def]
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_a_rerun_after_a_failed_run_counts_its_parked_facts_as_parked_by_this_run(
+        spark, tmp_path: Path, monkeypatch) -> None:
+    """With ``wait: 0s`` a fact parked by a run is released by the next run. A run that stopped
+    after its micro-batch committed (here: failing in the re-join check) is completed by the
+    rerun, which must not release what that run parked: an uninterrupted run would not have."""
+    from cdc_lake.enrich import rejoin
+    from cdc_lake.enrich.job import run_enrich
+
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    lake.create("facts", lines((1, 1, 1, "1.00", "2026-01-02T10:00:00")))
+    base(lake, wait="0s")
+    run_enrich(lake.cfg, spark=spark, run_id="r1")
+    lake.upsert("facts", lines((2, 2, 3, "2.00", "2026-01-02T10:00:00")), "line_id")
+
+    def fails(*a, **k):  # type: ignore[no-untyped-def]
+        raise RuntimeError("stopped after the stream")
+
+    monkeypatch.setattr(rejoin, "due", fails)
+    with pytest.raises(RuntimeError, match="stopped after the stream"):
+        run_enrich(lake.cfg, spark=spark, run_id="r2")
+    monkeypatch.undo()
+    assert lake.rows("gold/_pending/lines", "line_id") == [(2,)]  # batch 1 committed, parked
+    s = run_enrich(lake.cfg, spark=spark, run_id="r3")             # completes r2: nothing more
+    assert s["rejoin"] is None and lake.rows("gold/_pending/lines", "line_id") == [(2,)], s
+    s = run_enrich(lake.cfg, spark=spark, run_id="r4")             # the next run: released
+    assert s["rejoin"]["released_unknown"] == 1 and lake.rows("gold/_pending/lines", "line_id") == [], s

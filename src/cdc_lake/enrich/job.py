@@ -124,6 +124,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
         source_ready: Callable[[], None] = lambda: None  # noqa: E731
         try:
             claim_checkpoint(cfg.checkpoint_path, cfg.name, "enrich", cfg.file)  # another's: exit 3
+            run_started = rejoin.run_started(cfg, started_at)  # an unfinished run's, if any
             spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
             check_file_name_encoding(spark, cfg)  # a JVM without a UTF-8 locale: exit 2
             source_ready = prefetch_source(spark, cfg)  # overlaps the checks below
@@ -152,7 +153,8 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                 _bootstrap(spark, cfg, engine, run_id, snapshot)
             source_ready()
             progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook,
-                                   started_at=started_at, passes=passes)
+                                   started_at=run_started, passes=passes)
+            rejoin.run_finished(cfg)
         except Exception as e:
             source_ready()  # no Py4J call of the background registration outlives the run
             record_failure(cfg.runs_path, cfg.name, {

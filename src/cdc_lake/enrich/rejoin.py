@@ -50,6 +50,7 @@ from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.plan import PLANS_DIR
 
 LAST_JOIN_FILE = "enrich_last_join.json"
+RUN_FILE = "enrich_run.json"  # the start of a run that has not finished (removed when it does)
 PLAN_ROOT = "enrich_rejoin"
 SUFFIX = "rejoin"
 
@@ -57,6 +58,31 @@ SUFFIX = "rejoin"
 def label(n: int) -> int:
     """The ``_enriched_batch`` / manifest ``batch_id`` of pass ``n``: -1, -2, ..."""
     return -(n + 1)
+
+
+def run_started(cfg: EnrichConfig, started_at: datetime) -> datetime:
+    """When the run that is now going on started, for "parked by this run": ``started_at``, or
+    the start of an earlier run that did not finish (killed, failed), which this run completes:
+    a fact parked by a batch that run committed has not waited through a later run either, so
+    a rerun after a crash leaves the tables an uninterrupted run would have left."""
+    f = cfg.checkpoint_path / RUN_FILE
+    try:
+        earlier = datetime.fromisoformat(json.loads(f.read_text(encoding="utf-8"))["started_at"])
+        if earlier.tzinfo is None:
+            raise ValueError("naive")
+    except (OSError, ValueError, KeyError, TypeError):
+        earlier = None
+    if earlier is None:
+        cfg.checkpoint_path.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(json.dumps({"started_at": started_at.isoformat()}), encoding="utf-8")
+        os.replace(tmp, f)
+        return started_at
+    return min(earlier, started_at)
+
+
+def run_finished(cfg: EnrichConfig) -> None:
+    (cfg.checkpoint_path / RUN_FILE).unlink(missing_ok=True)
 
 
 def record_join(cfg: EnrichConfig, started_at: datetime, dims: dict[str, int | None]) -> None:
@@ -109,19 +135,45 @@ def due(cfg: EnrichConfig, engine: Engine, run_started: datetime,
     return None
 
 
+def _arrow_column(engine: Engine, path: str, column: str) -> Any:
+    """One column of the table as Arrow, read by delta-rs (no Spark job); None: not the
+    deltalake engine, or a table delta-rs cannot read (then Spark reads it)."""
+    if engine.name != "deltalake":
+        return None
+    try:
+        from deltalake import DeltaTable
+
+        return DeltaTable(path).to_pyarrow_dataset().to_table(columns=[column]).column(column)
+    except Exception:  # noqa: BLE001 - e.g. a reader feature delta-rs lacks: Spark's read below
+        return None
+
+
 def _unknown_count(engine: Engine, path: str) -> int:
-    df = engine.read(path) if engine.exists(path) else None
-    if df is None or "_unknown_members" not in df.columns:
+    schema = engine.schema(path) if engine.exists(path) else None
+    if schema is None or "_unknown_members" not in schema.fieldNames():
         return 0
-    return df.where(F.size("_unknown_members") > 0).limit(1000).count()
+    col = _arrow_column(engine, path, "_unknown_members")
+    if col is not None:
+        import pyarrow.compute as pc
+
+        return int(pc.sum(pc.greater(pc.fill_null(pc.list_value_length(col), 0), 0)).as_py() or 0)
+    df = engine.read(path)
+    return 0 if df is None else df.where(F.size("_unknown_members") > 0).limit(1000).count()
 
 
 def _oldest_parked(engine: Engine, path: str) -> datetime | None:
-    df = engine.read(path)
-    if df is None or "_parked_at" not in df.columns:
+    schema = engine.schema(path)
+    if schema is None or "_parked_at" not in schema.fieldNames():
         return None
-    # as microseconds: a collected timestamp would be the Python process's local time
-    micros = df.agg(F.unix_micros(F.min("_parked_at"))).first()[0]  # type: ignore[index]
+    col = _arrow_column(engine, path, "_parked_at")
+    if col is not None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        micros = pc.min(pc.cast(col, pa.timestamp("us", tz="UTC"))).cast(pa.int64()).as_py()
+    else:  # as microseconds: a collected timestamp would be the Python process's local time
+        df = engine.read(path)
+        micros = None if df is None else df.agg(F.unix_micros(F.min("_parked_at"))).first()[0]  # type: ignore[index]
     if micros is None:
         return None
     return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(micros))
