@@ -31,6 +31,10 @@ HOME_DIR="${CDC_AIRFLOW_HOME:-$REPO/.airflow_local}"
 PORT="${CDC_AIRFLOW_PORT:-8080}"
 if [[ -n "${CDC_AIRFLOW_LOG_PORTS:-}" ]]; then
   read -r WORKER_LOG_PORT TRIGGER_LOG_PORT _ <<< "$CDC_AIRFLOW_LOG_PORTS"
+  if ! [[ "$WORKER_LOG_PORT" =~ ^[0-9]+$ && "${TRIGGER_LOG_PORT:-}" =~ ^[0-9]+$ ]]; then
+    echo "airflow_local: CDC_AIRFLOW_LOG_PORTS='$CDC_AIRFLOW_LOG_PORTS': expected two port numbers separated by a space, e.g. \"8893 8894\"" >&2
+    exit 1
+  fi
 elif [[ "$PORT" == 8793 || "$PORT" == 8794 ]]; then
   WORKER_LOG_PORT=$((PORT + 100)); TRIGGER_LOG_PORT=$((PORT + 101))
 else

@@ -113,6 +113,8 @@ class EnrichBatch:
         # a re-join pass (enrich.rejoin): no fact batch of the stream; its rows and manifest
         # carry the negative label of the pass, its transaction ids the pass number
         self.rejoin = rejoin
+        self.kind = ("re-join pass" if rejoin else "batch" if self.plan_root == cfg.checkpoint_path
+                     else "--reprocess snapshot batch")  # (the printed name)
         self.label: Callable[[int], int] = rejoin_label if rejoin else (lambda b: b)
         self.keys = cfg.fact.keys
         self.dim_outputs = [o for d in cfg.dimensions for o in d.outputs]
@@ -318,7 +320,7 @@ class EnrichBatch:
         # what the next run checks its own tables against (enrich.state.check_tables)
         record_versions(cfg, versions)
         record_join(cfg, plan.started_at, dim_versions)  # what enrich.rejoin compares with
-        print(f"[enrich] {'re-join pass' if self.rejoin else 'batch'} {batch_id}: dims {dim_versions}, fates {fates}; "
+        print(f"[enrich] {self.kind} {batch_id}: dims {dim_versions}, fates {fates}; "
               + ", ".join(phases.parts), flush=True)
 
     def _committed(self, batch_id: int) -> list[str]:
