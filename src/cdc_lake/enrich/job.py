@@ -33,6 +33,7 @@ from cdc_lake.checkpoint_log import (PipelineStateError, remove_unfinished_write
 from cdc_lake.engines import Engine, select_engine
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import rejoin
+from cdc_lake.enrich.rejoin import Passes
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.enrich.fact_source import START_FILE, fact_stream, prefetch_source, start_version
 from cdc_lake.enrich.preflight import preflight
@@ -169,34 +170,6 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
     finally:
         lock.release()
     return summary
-
-
-class Passes:
-    """The re-join passes of a run (:mod:`cdc_lake.enrich.rejoin`): finished after an
-    interruption (``resumed``), run after the stream (``ran``, with ``reason``)."""
-
-    def __init__(self) -> None:
-        self.stats = EnrichStats()
-        self.resumed: list[int] = []
-        self.ran: list[int] = []
-        self.reason: str | None = None
-
-    def run(self, cfg: EnrichConfig, engine: Engine, instance: str, run_id: str, n: int) -> None:
-        batch = EnrichBatch(cfg, engine, instance=f"{instance}-{rejoin.SUFFIX}", run_id=run_id,
-                            stats=self.stats, plan_root=rejoin.plan_root(cfg), rejoin=True)
-        batch(rejoin.no_facts(cfg, engine), n)
-        rejoin.finished(cfg, n)
-
-    def summary(self) -> dict[str, Any] | None:
-        if not (self.resumed or self.ran):
-            return None
-        s = self.stats
-        return {"passes": [rejoin.label(n) for n in self.resumed + self.ran],
-                "resumed": [rejoin.label(n) for n in self.resumed], "reason": self.reason,
-                "released": s.released, "released_unknown": s.released_unknown,
-                "restated": s.restated, "enriched_upserted": s.enriched_upserted,
-                "enriched_deleted": s.enriched_deleted, "dimension_versions": s.dimension_versions,
-                "seconds": round(sum(s.batch_seconds), 3)}
 
 
 def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,

@@ -24,11 +24,15 @@ taken for a micro-batch of the stream. A pass interrupted by a crash is finished
 of the next run, before the stream (:func:`resume`): a stream batch planned on its half-written
 tables would release its facts a second time.
 
-Example::
+Example (what ``enrich.job`` does around its stream)::
 
-    reason = due(cfg, engine, run_started)       # None: nothing could change
-    if reason:
-        n = run_pass(cfg, engine, instance=..., run_id=..., stats=EnrichStats())
+    passes = Passes()
+    if (n := interrupted(cfg, engine, instance)) is not None:
+        passes.run(cfg, engine, instance, run_id, n)          # before the stream
+    ...                                                       # the stream's micro-batches
+    if due(cfg, engine, run_started):                         # None: nothing could change
+        passes.run(cfg, engine, instance, run_id, next_pass(cfg, engine, instance))
+    summary["rejoin"] = passes.summary()
 """
 
 from __future__ import annotations
@@ -230,3 +234,38 @@ def no_facts(cfg: EnrichConfig, engine: Engine) -> DataFrame:
     return empty_frame(spark, StructType([
         *fields, StructField("_change_type", StringType()), StructField("_commit_version", LongType()),
         StructField("_commit_timestamp", TimestampType())]))
+
+
+class Passes:
+    """The re-join passes of a run (:mod:`cdc_lake.enrich.rejoin`): finished after an
+    interruption (``resumed``), run after the stream (``ran``, with ``reason``)."""
+
+    def __init__(self) -> None:
+        from cdc_lake.enrich.writer import EnrichStats
+
+        self.stats = EnrichStats()
+        self.resumed: list[int] = []
+        self.ran: list[int] = []
+        self.reason: str | None = None
+
+    def run(self, cfg: EnrichConfig, engine: Engine, instance: str, run_id: str, n: int) -> None:
+        """Pass ``n``: the enrichment writer on no fact change (its plans and transaction ids
+        apart from the stream's, see the module doc); its plan removed once it wrote all."""
+        from cdc_lake.enrich.writer import EnrichBatch
+
+        batch = EnrichBatch(cfg, engine, instance=f"{instance}-{SUFFIX}", run_id=run_id,
+                            stats=self.stats, plan_root=plan_root(cfg), rejoin=True)
+        batch(no_facts(cfg, engine), n)
+        finished(cfg, n)
+
+    def summary(self) -> dict[str, Any] | None:
+        if not (self.resumed or self.ran):
+            return None
+        s = self.stats
+        return {"passes": [label(n) for n in self.resumed + self.ran],
+                "resumed": [label(n) for n in self.resumed], "reason": self.reason,
+                "released": s.released, "released_unknown": s.released_unknown,
+                "restated": s.restated, "enriched_upserted": s.enriched_upserted,
+                "aggregate_rows_touched": s.aggregate_rows_touched,
+                "enriched_deleted": s.enriched_deleted, "dimension_versions": s.dimension_versions,
+                "seconds": round(sum(s.batch_seconds), 3)}
