@@ -136,9 +136,9 @@ def test_a_pass_killed_between_its_writes_is_finished_first_and_counts_once(
     # (planned on the half-written tables, that batch would count line 2 again)
     lake.upsert("facts", lines((3, 1, 1, "1.00", "2026-01-02T10:00:00")), "line_id")
     s = run_enrich(lake.cfg, spark=spark, run_id="r3")
-    assert s["rejoin"]["resumed"] == [-1] and s["replayed_batches"] >= 1 and s["batch_ids"] == [1], s
-    assert lake.rows("gold/_pending/lines", "line_id") == []
     assert lake.rows("gold/rev", *AGG) == [("fruit", D2, Decimal("8.00"), 5, 3)]
+    assert lake.rows("gold/_pending/lines", "line_id") == []
+    assert s["rejoin"]["resumed"] == [-1] and s["replayed_batches"] >= 1 and s["batch_ids"] == [1], s
     assert _manifest_ids(lake) == [-1, 0, 1]
     s = run_enrich(lake.cfg, spark=spark, run_id="r4")
     assert s["rejoin"] is None and s["batches"] == 0, s
