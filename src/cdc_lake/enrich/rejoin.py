@@ -112,10 +112,10 @@ def due(cfg: EnrichConfig, engine: Engine, run_started: datetime,
         now: datetime | None = None) -> str | None:
     """Why a re-join pass is due now, or None (see the module doc). ``run_started``: facts
     parked from then on were parked by this run (its start, or the start a replayed batch of
-    it pinned) and have not waited yet: with a wait of 0s a fact parked by a batch is released
-    by a later one, as without the pass, never by the same run. Reads the pending table's
-    row count (delta-rs: from the Parquet footers), at most one Spark aggregate over the pending
-    table and one over the enriched table's unknown flags."""
+    it pinned): a wait running out never makes a pass for them (with a wait of 0s they are
+    released by the next run, as by the next micro-batch before). Reads the pending table's row
+    count (delta-rs: from the Parquet footers) and, when that can decide, one column of the
+    pending or enriched table (delta-rs; a Spark aggregate on delta-spark)."""
     now = now or datetime.now(timezone.utc)
     pending = str(cfg.outputs.pending)
     n_pending = engine.count(pending) if engine.exists(pending) else 0
