@@ -8,6 +8,7 @@ data feed on; merges for updates, deletes for deletes). Batch-level tests feed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import textwrap
@@ -273,19 +274,26 @@ def _batch_1_killed_after_its_enriched_write(tmp_path: Path, spark, monkeypatch)
     base(lake)
     lake.feed()
     lake.upsert("facts", lines((1, 1, 4, "1.50", "2026-01-02T10:00:00")), "line_id")  # v1: update
+    with crash_at("enrich:after:enriched", monkeypatch):
+        lake.feed()
+    return lake
 
-    class Crash(Exception):
-        pass
 
-    def crash_after_enriched(name: str) -> None:
-        if name == "enrich:after:enriched":
+class Crash(Exception):
+    """Raised at a writer fault-injection point instead of the SIGKILL (in-process tests)."""
+
+
+@contextlib.contextmanager
+def crash_at(point: str, monkeypatch):  # type: ignore[no-untyped-def]
+    """The body must stop with :class:`Crash` at the writer's fault point ``point``."""
+    def crash(name: str) -> None:
+        if name == point:
             raise Crash(name)
 
-    monkeypatch.setattr(writer_mod, "crash_point", crash_after_enriched)
+    monkeypatch.setattr(writer_mod, "crash_point", crash)
     with pytest.raises(Crash):
-        lake.feed()
+        yield
     monkeypatch.undo()
-    return lake
 
 
 def test_replayed_batch_changes_nothing_and_crash_between_writes_never_double_counts(

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from test_enrich_job import AGG, D2, Lake, base, lines, products
+from test_enrich_job import AGG, D2, Lake, base, crash_at, lines, products
 
-from cdc_lake.enrich import writer as writer_mod
 
 OUTPUTS = ("gold/lines", "gold/_pending/lines", "gold/rev")
 
@@ -114,18 +113,8 @@ def test_a_pass_killed_between_its_writes_is_finished_first_and_counts_once(
     lake = Lake(tmp_path, spark)
     run_enrich = _parked_line_2(lake, spark, wait="1000h")
     lake.upsert("products", products((2, "pear", "fruit")), "id")
-
-    class Crash(Exception):
-        pass
-
-    def crash(name: str) -> None:
-        if name == "enrich:after:enriched":
-            raise Crash(name)
-
-    monkeypatch.setattr(writer_mod, "crash_point", crash)
-    with pytest.raises(Crash):
+    with crash_at("enrich:after:enriched", monkeypatch):
         run_enrich(lake.cfg, spark=spark, run_id="r2")
-    monkeypatch.undo()
     # the pass wrote the enriched row, not the pending delete nor the aggregate
     assert lake.rows("gold/lines", "line_id") == [(1,), (2,)]
     assert lake.rows("gold/_pending/lines", "line_id") == [(2,)]
