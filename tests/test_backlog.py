@@ -161,11 +161,14 @@ def test_operator_picks_the_driver_jit_from_the_backlog(tmp_path):
     assert op.conf[DRIVER_JAVA_OPTIONS] == "-Xss4m"
 
 
+@pytest.mark.slow
 def test_real_spark_submit_runs_the_jit_the_operator_chose(monkeypatch, tmp_path, airflow_db):
     """Through DAG -> operator -> real spark-submit: with ``full_jit_from_mb: 0`` any backlog is
     big, and the driver JVM must run without the C1-only flag (read from its input arguments);
     with ``interpreted_below_mb: 0`` the job's session generates code. The small defaults (C1,
-    interpreted) are checked by test_airflow_live's triggered run."""
+    interpreted) are checked by test_airflow_live's triggered run. Slow tier (a speed setting,
+    about 70 s of a slow machine's CI): the operator's choice of the option is checked in the
+    default tier by the tests above."""
     from airflow.dag_processing.dagbag import DagBag
 
     from test_dag_e2e import task_result

@@ -99,8 +99,12 @@ def check_history(spark, tmp_path: Path, hist: History, cfg: ModelConfig) -> lis
     return summaries
 
 
-@pytest.mark.parametrize("wait_zero,read", [(True, "driver"), (False, "stream")],
-                         ids=["wait0s-driver_read", "wait_long-stream_read"])
+@pytest.mark.parametrize("wait_zero,read", [
+    (True, "driver"),
+    # slow tier (CI time): the stream's own read equals the driver read batch by batch in
+    # tests/test_change_feed_source.py, and a long wait has its own tests (test_enrich_job.py)
+    pytest.param(False, "stream", marks=pytest.mark.slow)],
+    ids=["wait0s-driver_read", "wait_long-stream_read"])
 def test_random_history_matches_reference(spark, tmp_path, monkeypatch, wait_zero, read):
     """Small micro-batches are read in the driver (``read_batch_on_driver``); with its limit
     at -1 every batch takes the stream's own read, so both paths meet the model."""

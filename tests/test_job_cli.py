@@ -183,7 +183,8 @@ def test_a_driver_jvm_without_a_utf8_locale_stops_on_a_non_ascii_landing_file(tm
     the stream (exit 2, naming the file and the fix) and writes nothing; with the fix
     (``LANG=C.UTF-8``, what the Airflow operator passes when the worker has no locale) it reads
     both files. Real spark-submits: the JVM starts first and takes the locale of its
-    environment."""
+    environment. The second spark-submit (the fix reads both files) runs in the slow tier: the
+    default tier keeps the stop, which is what guards the silent skip (CI time)."""
     import json
     import os
 
@@ -211,6 +212,8 @@ def test_a_driver_jvm_without_a_utf8_locale_stops_on_a_non_ascii_landing_file(tm
     # LC_ALL overrides; the message now shows the three variables and the precedence)
     assert "LC_ALL=''" in last and "LC_ALL=C.UTF-8 spark-submit" in last and "overrides" in last, last
     assert not (tmp_path / "lake" / "orders").exists()
+    if os.environ.get("CDC_SLOW") != "1":
+        return
 
     r = run({**env, "LANG": "C.UTF-8"}, "utf8")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

@@ -55,7 +55,10 @@ def _probe(tmp_path, spark_yaml: str) -> dict:
 
 @pytest.mark.parametrize("spark_yaml,conf,compressed", [
     ("", "false", False),  # the default: batch caches uncompressed
-    ("spark: {conf: {spark.sql.inMemoryColumnarStorage.compressed: 'true'}}\n", "true", True),
+    # slow tier (CI time): a pipeline's spark.conf winning over the product's settings is
+    # checked in the default tier by test_backlog.py::test_codegen_conf_threshold_and_config
+    pytest.param("spark: {conf: {spark.sql.inMemoryColumnarStorage.compressed: 'true'}}\n", "true",
+                 True, marks=pytest.mark.slow),
 ], ids=["default", "pipeline-conf-wins"])
 def test_batch_cache_compression_default_and_override(tmp_path, spark_yaml, conf, compressed):
     got = _probe(tmp_path, spark_yaml)
