@@ -515,8 +515,7 @@ def _file_of(uri: str) -> Path:
 
 
 # string: the stand-in path (bigint takes it too: slow tier, CI budget); int: the bypass (union)
-@pytest.mark.parametrize("id_type", ["string", pytest.param("bigint", marks=pytest.mark.slow),
-                                     pytest.param("int", marks=pytest.mark.slow)])  # CI time
+@pytest.mark.parametrize("id_type", ["string", pytest.param("bigint", marks=pytest.mark.slow), "int"])
 def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tmp_path: Path,
                                                                         id_type: str) -> None:
     """Spark's streaming dedup took every null id for one id: of two events without an id and
