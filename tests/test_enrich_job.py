@@ -564,7 +564,11 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     q = lake.rows("gold/_quarantine", "raw_line", "reason")
     assert s["quarantined"] == len(q) == 6, q
     assert sorted(json.loads(r)["qty"] for r, why in q if "is null" in why) == [5, 6]
-    assert sorted(r for r, why in q if "malformed JSON line" in why) == sorted(broken)
+    assert sorted(r for r, why in q if "malformed JSON line" in why) == sorted(
+        b for b in broken if "yesterday" not in b)
+    # a time not taken: its own reason, the line as the schema's columns with the time as sent
+    (raw, why), = [(r, why) for r, why in q if "yesterday" in r]
+    assert json.loads(raw) == json.loads(broken[2]) and 'event_ts "yesterday" is not an event time' in why
     # each names the file it came from (Spark's file URI, as the CDC quarantine does)
     assert {_file_of(f) for (f,) in lake.rows("gold/_quarantine", "source_file")} == {landing / "a.json"}
     # run 2: an event without an id older than the watermark is quarantined too (the dedup
@@ -586,6 +590,63 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     with pytest.raises(CheckpointDamaged) as e:
         run_enrich(cfg, spark=spark, run_id="r3")
     assert "metadata" in str(e.value) and "--reprocess" in str(e.value)
+
+
+def test_event_times_naming_a_zone_or_out_of_range_are_quarantined(spark, tmp_path: Path) -> None:
+    """Spark's JSON reader took ``01:30:00 PST`` on the night DST ends as the PDT instant, CST
+    as US Central and a region's repeated hour as one of its two instants (one to thirteen hours
+    off, exit 0: tester L for the CDC job; this source read them the same way); it stored
+    ``9999-12-31T23:30:00-01:00`` as the year 10000 and wrapped a too large epoch number to
+    1969. Truth: instants computed here with fixed offsets; a time naming a zone or outside the
+    years 1-9999 is quarantined with its reason, and its id does not drop the correct event of
+    that id after it."""
+    from cdc_lake.enrich.job import run_enrich
+
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    sent = [("ok1", "2026-11-01T01:30:00-08:00"), ("z1", "2026-11-01 01:30:00 PST"),
+            ("z2", "2026-11-01 08:00:00 CST"), ("z3", "2026-11-01 01:30:00 America/Los_Angeles"),
+            ("ok2", "2026-11-01 01:30:00 UTC"), ("ok3", "2026-11-01 09:00:00 GMT+08:00"),
+            ("ok4", 1793500000), ("ok5", "2026-11-01T02:00:00.123456Z"),
+            ("r1", "9999-12-31T23:30:00-01:00"), ("r2", 9223372036854775807),
+            ("z1", "2026-11-01T09:31:00Z")]  # the correct event after z1's refused line
+    (landing / "a.json").write_text("".join(json.dumps(
+        {"event_id": i, "product_id": 1, "qty": 1, "event_ts": t}) + "\n" for i, t in sent))
+    cfg = lake.config("""
+        kind: enrich
+        pipeline: clicks
+        fact:
+          events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
+                   schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp}}
+        dimensions:
+          products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
+        event_time: event_ts
+        outputs:
+          enriched: gold/clicks
+          aggregates: {per_cat: {group_by: [category], sums: {units: qty}}}
+        engine: {name: deltalake}
+    """)
+    s = run_enrich(cfg, spark=spark, run_id="r1")
+    utc = timezone.utc
+    want = {"ok1": datetime(2026, 11, 1, 9, 30, tzinfo=utc), "ok2": datetime(2026, 11, 1, 1, 30, tzinfo=utc),
+            "ok3": datetime(2026, 11, 1, 1, 0, tzinfo=utc),
+            "ok4": datetime.fromtimestamp(1793500000, utc),
+            "ok5": datetime(2026, 11, 1, 2, 0, 0, 123456, tzinfo=utc),
+            "z1": datetime(2026, 11, 1, 9, 31, tzinfo=utc)}
+    got = {i: t.replace(tzinfo=utc) if t.tzinfo is None else t
+           for i, t in lake.rows("gold/clicks", "event_id", "event_ts")}
+    assert got == want
+    q = {json.loads(r)["event_id"]: (json.loads(r)["event_ts"], why)
+         for r, why in lake.rows("gold/_quarantine", "raw_line", "reason")}
+    assert s["quarantined"] == len(q) == 5, q
+    for i in ("z1", "z2", "z3"):
+        assert "names a time zone" in q[i][1] and "+08:00" in q[i][1], q[i]
+    for i in ("r1", "r2"):
+        assert "is not an event time" in q[i][1], q[i]
+    assert {i: t for i, (t, _) in q.items()} == {i: t for i, t in sent[1:4] + sent[8:10]}
+    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 6, 6)]
 
 
 def test_quarantined_event_line_with_invalid_utf8_keeps_the_table_readable(spark, tmp_path: Path) -> None:

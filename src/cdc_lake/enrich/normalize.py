@@ -118,10 +118,10 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int,
     for c in k:
         null_key = null_key | F.col(f"`{c}`").isNull()
     reason = F.when(null_key, F.lit(f"fact key {k} is null")).otherwise(reason)
-    if CORRUPT in rows.columns:  # events: a line Spark could not read into the schema
-        reason = F.when(F.col(CORRUPT).isNotNull(), F.lit(
-            "malformed JSON line, or a value not of its fact.events.schema type (the line is "
-            "kept as raw_line)")).otherwise(reason)
+    if CORRUPT in rows.columns and ev is not None:  # events: a line not read, a time not taken
+        from cdc_lake.enrich.fact_source import corrupt_reason
+
+        reason = F.when(F.col(CORRUPT).isNotNull(), corrupt_reason(ev)).otherwise(reason)
     rows = rows.withColumn("_reason", reason)
     w = Window.partitionBy(*cols(k)).orderBy(F.col("_fact_version").desc(), F.col("_is_delete").asc())
     # the row after the kept one, in the same window: same version and not a delete = a twin
