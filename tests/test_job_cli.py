@@ -142,7 +142,11 @@ def test_a_spark_conf_value_spark_refuses_is_a_config_error_naming_key_and_value
     with exit 1 (Airflow retried it) and the cause far up the log. Spark only checks a SQL conf
     value when the session is first used, so the job checks there: exit 2 (no retry), naming the
     file, the key and the value; nothing is written and the lock is free again. Run through a
-    real spark-submit (the conf reaches Spark's own launcher, as from the operator)."""
+    real spark-submit (the conf reaches Spark's own launcher, as from the operator).
+
+    The same spark-submit passes ``--conf spark.sql.session.timeZone=Asia/Shanghai``, which the
+    job's UTC session overrode without a word: now a warning names it (one spark-submit for
+    both: CI time)."""
     import os
 
     p = _yaml(tmp_path, GOOD + "spark: {conf: {spark.sql.shuffle.partitions: abc}}\n")
@@ -152,7 +156,8 @@ def test_a_spark_conf_value_spark_refuses_is_a_config_error_naming_key_and_value
     submit = Path(sys.executable).parent / "spark-submit"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     r = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                        "--conf", "spark.sql.shuffle.partitions=abc", "--conf",
+                        "--conf", "spark.sql.shuffle.partitions=abc",
+                        "--conf", "spark.sql.session.timeZone=Asia/Shanghai", "--conf",
                         f"spark.pyspark.python={sys.executable}", str(JOB), "--pipeline", str(p),
                         "--run-id", "bad-conf"], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 2, r.stderr[-3000:]
@@ -160,6 +165,8 @@ def test_a_spark_conf_value_spark_refuses_is_a_config_error_naming_key_and_value
     assert last.startswith(f"[cdc] CONFIG ERROR: {p}: spark.conf.spark.sql.shuffle.partitions: "
                            "Spark refused 'abc'"), last
     assert "INVALID_CONF_VALUE" in last
+    assert ("[cdc] WARNING: spark.sql.session.timeZone=Asia/Shanghai from the launch (spark-submit "
+            "--conf or spark-defaults.conf) is not used: the job's session is UTC") in r.stdout + r.stderr
     assert not (tmp_path / "lake" / "orders").exists()
     lock = lock_for(load_pipeline(p).checkpoint_path)
     lock.acquire("next")  # released by the failed run

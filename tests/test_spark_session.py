@@ -189,3 +189,26 @@ def test_the_file_name_encoding_check_covers_every_job_kind(tmp_path, monkeypatc
     with pytest.raises(ConfigError) as e:
         check_file_name_encoding(jvm_says("ANSI_X3.4-1968"), load_pipeline(tmp_path / "p.yaml"))
     assert e.value.key == "source.path" and "0002_ü.json" in str(e.value), str(e.value)
+
+
+def test_a_launch_time_zone_other_than_utc_is_named_under_any_utc_spelling_none(spark):
+    """The driver JVM's ``spark.sql.session.timeZone`` system property (what spark-submit
+    ``--conf`` and spark-defaults.conf set; a real spark-submit in ``test_job_cli.py``): UTC
+    under any of its names is not reported, another zone (or one Java does not know) is."""
+    from cdc_lake.spark_session import launcher_time_zone
+
+    system = spark.sparkContext._jvm.java.lang.System
+    before = system.getProperty("spark.sql.session.timeZone")
+    try:
+        for tz, said in (("UTC", None), ("Etc/UTC", None), ("GMT", None), ("+00:00", None),
+                         ("Z", None), ("Asia/Shanghai", "Asia/Shanghai"), ("+08:00", "+08:00"),
+                         ("Mars/Olympus", "Mars/Olympus")):
+            system.setProperty("spark.sql.session.timeZone", tz)
+            assert launcher_time_zone(spark) == said, tz
+        system.clearProperty("spark.sql.session.timeZone")
+        assert launcher_time_zone(spark) is None
+    finally:
+        if before is None:
+            system.clearProperty("spark.sql.session.timeZone")
+        else:
+            system.setProperty("spark.sql.session.timeZone", before)

@@ -103,7 +103,32 @@ def build_session(cfg: PipelineConfig, app_name: str | None = None, *,
     return spark
 
 
+def launcher_time_zone(spark: SparkSession) -> str | None:
+    """A ``spark.sql.session.timeZone`` other than UTC that the driver JVM was launched with
+    (``spark-submit --conf``, ``spark-defaults.conf``; Spark keeps them as system properties),
+    which the job's session does not use (it is UTC: timestamps without an offset and time
+    buckets are UTC, docs/contracts.md); None when unset or UTC under any name
+    (``Etc/UTC``, ``GMT``, ``+00:00``). Before 2026-11-30 it was overridden without a word."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    tz = jvm.java.lang.System.getProperty("spark.sql.session.timeZone")
+    if not tz:
+        return None
+    try:
+        if jvm.java.time.ZoneId.of(tz).normalized().equals(jvm.java.time.ZoneOffset.UTC):
+            return None
+    except Exception:  # noqa: BLE001 - a zone Java does not know is not UTC either
+        pass
+    return str(tz)
+
+
 def _session_defaults(spark: SparkSession, cfg: PipelineConfig) -> None:
+    tz = launcher_time_zone(spark)
+    if tz is not None:
+        print(f"[cdc] WARNING: spark.sql.session.timeZone={tz} from the launch (spark-submit "
+              "--conf or spark-defaults.conf) is not used: the job's session is UTC (text "
+              "without an offset is read as UTC; time buckets are UTC days/hours). A pipeline's "
+              "spark.conf refuses other zones.", file=sys.stderr)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     defaults = {
         # AQE is off in streaming, so the default 200 shuffle partitions would mean 200 tiny tasks
