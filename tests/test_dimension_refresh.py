@@ -771,6 +771,36 @@ def test_parquet_text_that_is_not_utf8_is_refused_and_the_table_stays_readable(s
     assert got == {1: "a", 2: None}
 
 
+def test_a_parquet_struct_gaining_or_losing_a_field_is_an_invalid_snapshot(spark, tmp_path):
+    """A Parquet export whose struct column gained a field (``struct<a>`` -> ``struct<a,b>``)
+    failed the refresh in Spark's value check (``DATATYPE_MISMATCH.CAST_WITHOUT_SUGGESTION``,
+    exit 1, which Airflow retries in vain). Now an invalid snapshot (exit 3) naming the file,
+    the column and both types; nothing is written; the next export of the table's shape is
+    applied."""
+    import pyarrow.parquet as pq
+
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    cfg = load_pipeline(_pipeline(tmp_path, "nested", fmt="parquet"))
+    snaps, ids = tmp_path / "snaps", pa.array([1, 2], pa.int64())
+    pq.write_table(pa.table({"product_id": ids, "s": [{"a": 1}, {"a": 2}]}), snaps / "2026-01-01.parquet")
+    assert run_refresh(cfg, date="2026-01-01", spark=spark, run_id="n1")["status"] == "succeeded"
+    before = DeltaTable(str(cfg.table)).version()
+    for day, s in (("2026-01-02", [{"a": 1, "b": "x"}, {"a": 3, "b": None}]), ("2026-01-03", [{"c": 1}, {"c": 2}])):  # gained; renamed
+        f = snaps / f"{day}.parquet"
+        pq.write_table(pa.table({"product_id": ids, "s": s}), f)
+        with pytest.raises(SnapshotInvalid) as e:
+            run_refresh(cfg, date=day, spark=spark, run_id=f"n{day}")
+        msg = str(e.value)
+        assert msg.startswith(f"{f}: column 's' is struct<") and "struct<a:bigint>" in msg, msg
+        assert "nothing was written" in msg, msg
+        assert DeltaTable(str(cfg.table)).version() == before
+    pq.write_table(pa.table({"product_id": ids, "s": [{"a": 5}, None]}), snaps / "2026-01-04.parquet")
+    assert run_refresh(cfg, date="2026-01-04", spark=spark, run_id="n4")["status"] == "succeeded"
+    got = {r["product_id"]: r["s"] for r in DeltaTable(str(cfg.table)).to_pyarrow_table().to_pylist()}
+    assert got == {1: {"a": 5}, 2: None}
+
+
 @pytest.mark.parametrize("scd", [1, 2])
 def test_a_snapshot_refused_by_the_delete_limit_does_not_widen_the_table(spark, tmp_path, scd):
     """Tester K: a cut-off export (``0,1.5``) refused by ``max_deleted_fraction`` said "nothing

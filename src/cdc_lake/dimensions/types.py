@@ -168,6 +168,10 @@ def conform(df: DataFrame, targets: dict[str, str], *, where: str, against: str,
     more per problem found for its examples)."""
     src = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     checks = {c: t for c, t in targets.items() if c in src and not fits(src[c], t)}
+    shapes = _other_shapes(df, {c: t for c, t in checks.items()}, src, against)
+    if shapes:
+        raise SnapshotInvalid(f"{where}: " + "; ".join(shapes) + ". Nested fields are not added, "
+                              f"removed or renamed in a stored column, so nothing was written. {fix}")
     if checks:
         kinds = {c: _kinds(F.col(quote(c)), src[c], t) for c, t in checks.items()}
         flat = [(c, why, bad) for c, ks in kinds.items() for why, bad in ks.items()]
@@ -190,6 +194,43 @@ def conform(df: DataFrame, targets: dict[str, str], *, where: str, against: str,
                 f"truncated or lost), so nothing was written. {fix}")
     return df.select(*[F.col(quote(c)).cast(targets[c]).alias(c) if c in targets
                        and src[c] != targets[c] else F.col(quote(c)) for c in df.columns])
+
+
+def _other_shapes(df: DataFrame, checks: dict[str, str], src: dict[str, str], against: str) -> list[str]:
+    """Columns of a nested type (struct, array, map) whose target has other nested fields — a
+    struct field added, removed, renamed or moved in an export — named with both types. Spark
+    casts a struct to another by position: a renamed field was stored under the old name, and
+    one added failed the value check with ``DATATYPE_MISMATCH`` (exit 1, which Airflow retries
+    in vain; tester, Parquet). No Spark job."""
+    from pyspark.sql.types import DataType
+
+    nested = ("struct<", "array<", "map<")
+    found = []
+    for c, t in checks.items():
+        if not (src[c].startswith(nested) or t.replace(" ", "").lower().startswith(nested)):
+            continue
+        try:
+            target = DataType.fromDDL(t)
+        except Exception:  # noqa: BLE001 - a type text Spark's parser does not read back: unchecked
+            continue
+        if _shape(df.schema[c].dataType) != _shape(target):
+            found.append(f"column {c!r} is {src[c]} in the snapshot, which {against} type {t} "
+                         "cannot hold (other nested fields, or in another order)")
+    return found
+
+
+def _shape(t: object) -> object:
+    """A data type's nesting with its struct field names (lower case: Delta's column names are
+    case-insensitive) and no leaf types: what a positional cast keeps or breaks."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(t, StructType):
+        return ("struct", tuple((f.name.lower(), _shape(f.dataType)) for f in t.fields))
+    if isinstance(t, ArrayType):
+        return ("array", _shape(t.elementType))
+    if isinstance(t, MapType):
+        return ("map", _shape(t.keyType), _shape(t.valueType))
+    return "leaf"
 
 
 def _kinds(c: Column, s: str, t: str) -> dict[str, Column]:
