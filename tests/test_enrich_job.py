@@ -592,14 +592,14 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     assert "metadata" in str(e.value) and "--reprocess" in str(e.value)
 
 
-def test_event_times_naming_a_zone_or_out_of_range_are_quarantined(spark, tmp_path: Path) -> None:
+def test_event_times_naming_a_zone_out_of_range_or_missing_are_quarantined(spark, tmp_path: Path) -> None:
     """Spark's JSON reader took ``01:30:00 PST`` on the night DST ends as the PDT instant, CST
     as US Central and a region's repeated hour as one of its two instants (one to thirteen hours
     off, exit 0: tester L for the CDC job; this source read them the same way); it stored
     ``9999-12-31T23:30:00-01:00`` as the year 10000 and wrapped a too large epoch number to
-    1969. Truth: instants computed here with fixed offsets; a time naming a zone or outside the
-    years 1-9999 is quarantined with its reason, and its id does not drop the correct event of
-    that id after it."""
+    1969; an event without its time was enriched with a null one. Truth: instants computed here
+    with fixed offsets; a time naming a zone, outside the years 1-9999 or missing is quarantined
+    with its reason, and its id does not drop the correct event of that id after it."""
     from cdc_lake.enrich.job import run_enrich
 
     lake = Lake(tmp_path, spark)
@@ -611,9 +611,12 @@ def test_event_times_naming_a_zone_or_out_of_range_are_quarantined(spark, tmp_pa
             ("ok2", "2026-11-01 01:30:00 UTC"), ("ok3", "2026-11-01 09:00:00 GMT+08:00"),
             ("ok4", 1793500000), ("ok5", "2026-11-01T02:00:00.123456Z"),
             ("r1", "9999-12-31T23:30:00-01:00"), ("r2", 9223372036854775807),
-            ("z1", "2026-11-01T09:31:00Z")]  # the correct event after z1's refused line
+            ("m1", None), ("z1", "2026-11-01T09:31:00Z")]  # the correct event after z1's refused line
     (landing / "a.json").write_text("".join(json.dumps(
-        {"event_id": i, "product_id": 1, "qty": 1, "event_ts": t}) + "\n" for i, t in sent))
+        {"event_id": i, "product_id": 1, "qty": 1, "event_ts": t}) + "\n" for i, t in sent)
+        # no time under the schema's (case-sensitive) name: was enriched with a null time
+        + json.dumps({"event_id": "m2", "product_id": 1, "qty": 1, "Event_TS": "2026-11-01T09:00:00Z"})
+        + "\n" + json.dumps({"event_id": "m2", "product_id": 1, "qty": 1, "event_ts": "2026-11-01T09:32:00Z"}) + "\n")
     cfg = lake.config("""
         kind: enrich
         pipeline: clicks
@@ -634,19 +637,21 @@ def test_event_times_naming_a_zone_or_out_of_range_are_quarantined(spark, tmp_pa
             "ok3": datetime(2026, 11, 1, 1, 0, tzinfo=utc),
             "ok4": datetime.fromtimestamp(1793500000, utc),
             "ok5": datetime(2026, 11, 1, 2, 0, 0, 123456, tzinfo=utc),
-            "z1": datetime(2026, 11, 1, 9, 31, tzinfo=utc)}
+            "z1": datetime(2026, 11, 1, 9, 31, tzinfo=utc), "m2": datetime(2026, 11, 1, 9, 32, tzinfo=utc)}
     got = {i: t.replace(tzinfo=utc) if t.tzinfo is None else t
            for i, t in lake.rows("gold/clicks", "event_id", "event_ts")}
     assert got == want
-    q = {json.loads(r)["event_id"]: (json.loads(r)["event_ts"], why)
+    q = {json.loads(r)["event_id"]: (json.loads(r).get("event_ts"), why)
          for r, why in lake.rows("gold/_quarantine", "raw_line", "reason")}
-    assert s["quarantined"] == len(q) == 5, q
+    assert s["quarantined"] == len(q) == 7, q
     for i in ("z1", "z2", "z3"):
         assert "names a time zone" in q[i][1] and "+08:00" in q[i][1], q[i]
     for i in ("r1", "r2"):
         assert "is not an event time" in q[i][1], q[i]
-    assert {i: t for i, (t, _) in q.items()} == {i: t for i, t in sent[1:4] + sent[8:10]}
-    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 6, 6)]
+    for i in ("m1", "m2"):
+        assert "event time event_ts is missing or null" in q[i][1], q[i]
+    assert {i: t for i, (t, _) in q.items()} == {i: t for i, t in sent[1:4] + sent[8:11] + [("m2", None)]}
+    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 7, 7)]
 
 
 def test_quarantined_event_line_with_invalid_utf8_keeps_the_table_readable(spark, tmp_path: Path) -> None:

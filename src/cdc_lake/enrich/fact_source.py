@@ -168,20 +168,21 @@ def event_time(raw: Column) -> Column:
 
 def with_event_time(df: DataFrame, ev: EventSource) -> DataFrame:
     """The events read with :func:`read_ddl`, their time column typed by :func:`event_time`; an
-    event whose time is sent but not taken is marked corrupt (kept apart from the dedup and
-    quarantined with :func:`corrupt_reason`), its line the schema's columns as JSON with the
-    time as sent (a line Spark could not read keeps its own text)."""
-    raw = F.col(f"`{ev.time}`")
-    sent = raw.isNotNull() & (F.schema_of_variant(raw) != "VOID")
-    t = event_time(raw)
+    event whose time is missing, null or not taken is marked corrupt (kept apart from the dedup,
+    so its id does not drop the correct event of that id, and quarantined with
+    :func:`corrupt_reason`), its line the schema's columns as JSON with the time as sent (a line
+    Spark could not read keeps its own text). (Before 2026-11-30 an event without its time, or
+    with ``Event_TS`` for ``event_ts``, was enriched with a null time, exit 0.)"""
+    t = event_time(F.col(f"`{ev.time}`"))
     line = F.to_json(F.struct(*[F.col(f"`{c}`") for c in ev.schema]))
-    return (df.withColumn(CORRUPT, F.coalesce(F.col(f"`{CORRUPT}`"), F.when(sent & t.isNull(), line)))
+    return (df.withColumn(CORRUPT, F.coalesce(F.col(f"`{CORRUPT}`"), F.when(t.isNull(), line)))
             .withColumn(ev.time, t))
 
 
 def corrupt_reason(ev: EventSource) -> Column:
     """Why a corrupt event (:data:`~cdc_lake.enrich.columns.CORRUPT` set) is quarantined: its
-    time naming a zone, its time not taken otherwise, or the line not read into the schema."""
+    time naming a zone, not taken otherwise, or missing from a JSON object; else the line not
+    read into the schema."""
     from pyspark.sql.types import StructField, StructType, VariantType
 
     from cdc_lake.cdc.column_types import NAMED_ZONE_RE
@@ -199,6 +200,10 @@ def corrupt_reason(ev: EventSource) -> Column:
             .when(sent & event_time(raw).isNull(), F.concat(
                 said, F.lit(" is not an event time: ISO-8601 text (an offset or none = UTC) or "
                             "epoch seconds, in the years 1 to 9999 (the line is kept as raw_line)")))
+            .when(~sent & F.schema_of_variant(F.try_parse_json(F.col(f"`{CORRUPT}`"))).startswith("OBJECT"),
+                  F.lit(f"event time {ev.time} is missing or null (fact.events.time; names are "
+                        "case-sensitive): an event needs its time for the watermark and the "
+                        "deduplication (the line is kept as raw_line)"))
             .otherwise(F.lit("malformed JSON line, or a value not of its fact.events.schema type "
                              "(the line is kept as raw_line)")))
 
