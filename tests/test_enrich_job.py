@@ -638,7 +638,7 @@ def test_event_times_naming_a_zone_out_of_range_or_missing_are_quarantined(spark
             "ok4": datetime.fromtimestamp(1793500000, utc),
             "ok5": datetime(2026, 11, 1, 2, 0, 0, 123456, tzinfo=utc),
             "z1": datetime(2026, 11, 1, 9, 31, tzinfo=utc), "m2": datetime(2026, 11, 1, 9, 32, tzinfo=utc)}
-    got = {i: t.replace(tzinfo=utc) if t.tzinfo is None else t
+    got = {i: t.replace(tzinfo=utc) if t is not None and t.tzinfo is None else t
            for i, t in lake.rows("gold/clicks", "event_id", "event_ts")}
     assert got == want
     q = {json.loads(r)["event_id"]: (json.loads(r).get("event_ts"), why)
