@@ -771,6 +771,22 @@ def test_parquet_text_that_is_not_utf8_is_refused_and_the_table_stays_readable(s
     assert got == {1: "a", 2: None}
 
 
+def test_a_parquet_file_naming_a_column_twice_in_two_cases_is_an_invalid_snapshot(spark, tmp_path):
+    """``Name`` and ``name`` in one Parquet file: Spark's read failed (``COLUMN_ALREADY_EXISTS``,
+    exit 1, retried in vain). Now exit 3 naming the file and both spellings; nothing written."""
+    import pyarrow.parquet as pq
+
+    from cdc_lake.dimensions.refresh import SnapshotInvalid, run_refresh
+
+    cfg = load_pipeline(_pipeline(tmp_path, "twice", fmt="parquet"))
+    f = tmp_path / "snaps" / "2026-01-01.parquet"
+    pq.write_table(pa.table({"product_id": [1], "Name": ["a"], "name": ["b"]}), f)
+    with pytest.raises(SnapshotInvalid) as e:
+        run_refresh(cfg, date="2026-01-01", spark=spark, run_id="t1")
+    assert str(e.value).startswith(f"{f}: the snapshot names the column 'Name' twice (as 'name' too"), e.value
+    assert not cfg.table.exists()
+
+
 def test_a_parquet_struct_gaining_or_losing_a_field_is_an_invalid_snapshot(spark, tmp_path):
     """A Parquet export whose struct column gained a field (``struct<a>`` -> ``struct<a,b>``)
     failed the refresh in Spark's value check (``DATATYPE_MISMATCH.CAST_WITHOUT_SUGGESTION``,

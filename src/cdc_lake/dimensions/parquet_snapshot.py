@@ -56,6 +56,7 @@ def read_parquet(spark: SparkSession, f: Path) -> DataFrame:
     microsecond columns; a value with a non-zero nanosecond digit raises
     :class:`SnapshotInvalid` (one Spark job for the check). One nested inside a struct, list or
     map is refused before Spark reads the file."""
+    _check_names(f)
     nanos, nested = _nanos_columns(f)
     fix = ("Export timestamps in microseconds (pandas: df.to_parquet(..., coerce_timestamps='us'); "
            "pyarrow: pq.write_table(..., coerce_timestamps='us')) and re-run this date")
@@ -108,6 +109,28 @@ def nulls_as_text(df: DataFrame, f: Path) -> DataFrame:
         return df
     return df.select(*[F.lit(None).cast("string").alias(c) if c in nulls else F.col(quote(c))
                        for c in df.columns])
+
+
+def _check_names(f: Path) -> None:
+    """Refuse a file naming one column twice, compared case-insensitively (``Name`` and
+    ``name``), before Spark reads it: Spark's read failed with ``COLUMN_ALREADY_EXISTS``, exit 1,
+    which Airflow retries in vain (the same check as for CSV headers and Spark-read columns,
+    :func:`cdc_lake.dimensions.snapshot._spell_as_table`). A footer pyarrow cannot read is left
+    to Spark's own error."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(f).names
+    except Exception:  # noqa: BLE001 - not Parquet / truncated: Spark's own error, as before
+        return
+    seen: dict[str, str] = {}
+    for c in names:
+        if c.lower() in seen:
+            raise SnapshotInvalid(
+                f"{f}: the snapshot names the column {seen[c.lower()]!r} twice (as {c!r} too; "
+                "names compared case-insensitively, as Spark and Delta resolve them), so nothing "
+                "was written. Rename or drop one of them in the export and re-run this date")
+        seen[c.lower()] = c
 
 
 def _nanos_columns(f: Path) -> tuple[dict[str, bool], list[str]]:
