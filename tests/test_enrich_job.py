@@ -592,14 +592,16 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     assert "metadata" in str(e.value) and "--reprocess" in str(e.value)
 
 
-def test_event_times_naming_a_zone_out_of_range_or_missing_are_quarantined(spark, tmp_path: Path) -> None:
+def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_path: Path) -> None:
     """Spark's JSON reader took ``01:30:00 PST`` on the night DST ends as the PDT instant, CST
     as US Central and a region's repeated hour as one of its two instants (one to thirteen hours
     off, exit 0: tester L for the CDC job; this source read them the same way); it stored
     ``9999-12-31T23:30:00-01:00`` as the year 10000 and wrapped a too large epoch number to
-    1969; an event without its time was enriched with a null one. Truth: instants computed here
-    with fixed offsets; a time naming a zone, outside the years 1-9999 or missing is quarantined
-    with its reason, and its id does not drop the correct event of that id after it."""
+    1969; an event without its time was enriched with a null one; a decimal was rounded to the
+    column's scale (``1.234`` -> ``1.23``) and a date-time in a ``date`` column lost its time.
+    Truth: instants computed here with fixed offsets, decimals with ``Decimal``; a value Spark
+    would change, or a missing time, is quarantined with its reason, and its id does not drop
+    the correct event of that id after it."""
     from cdc_lake.enrich.job import run_enrich
 
     lake = Lake(tmp_path, spark)
@@ -612,17 +614,25 @@ def test_event_times_naming_a_zone_out_of_range_or_missing_are_quarantined(spark
             ("ok4", 1793500000), ("ok5", "2026-11-01T02:00:00.123456Z"),
             ("r1", "9999-12-31T23:30:00-01:00"), ("r2", 9223372036854775807),
             ("m1", None), ("z1", "2026-11-01T09:31:00Z")]  # the correct event after z1's refused line
-    (landing / "a.json").write_text("".join(json.dumps(
-        {"event_id": i, "product_id": 1, "qty": 1, "event_ts": t}) + "\n" for i, t in sent)
-        # no time under the schema's (case-sensitive) name: was enriched with a null time
-        + json.dumps({"event_id": "m2", "product_id": 1, "qty": 1, "Event_TS": "2026-11-01T09:00:00Z"})
-        + "\n" + json.dumps({"event_id": "m2", "product_id": 1, "qty": 1, "event_ts": "2026-11-01T09:32:00Z"}) + "\n")
+    base = {"product_id": 1, "qty": 1, "price": "1.50", "day": "2026-11-01"}
+    lines = [{"event_id": i, **base, "event_ts": t} for i, t in sent]
+    # no time under the schema's (case-sensitive) name: was enriched with a null time
+    lines += [{"event_id": "m2", **base, "Event_TS": "2026-11-01T09:00:00Z"},
+              {"event_id": "m2", **base, "event_ts": "2026-11-01T09:32:00Z"}]
+    # decimal(10,2), date and a second timestamp column: what Spark changed vs. what it holds
+    t0 = "2026-11-01T10:00:00Z"
+    other = {"d1": {"price": 1.234}, "d2": {"price": "1.235"}, "d3": {"price": 12.5},
+             "d4": {"price": "7.10"}, "d5": {"day": "2026-11-01T10:00:00"},
+             "d6": {"seen_at": "2026-11-01 01:30:00 PST"}, "d7": {"seen_at": 1793500000}}
+    lines += [{"event_id": i, **base, "event_ts": t0, **v} for i, v in other.items()]
+    (landing / "a.json").write_text("".join(json.dumps(e) + "\n" for e in lines))
     cfg = lake.config("""
         kind: enrich
         pipeline: clicks
         fact:
           events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
-                   schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp}}
+                   schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp,
+                            price: "decimal(10,2)", day: date, seen_at: timestamp}}
         dimensions:
           products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
         event_time: event_ts
@@ -633,25 +643,38 @@ def test_event_times_naming_a_zone_out_of_range_or_missing_are_quarantined(spark
     """)
     s = run_enrich(cfg, spark=spark, run_id="r1")
     utc = timezone.utc
+    at = datetime(2026, 11, 1, 10, 0, tzinfo=utc)
     want = {"ok1": datetime(2026, 11, 1, 9, 30, tzinfo=utc), "ok2": datetime(2026, 11, 1, 1, 30, tzinfo=utc),
             "ok3": datetime(2026, 11, 1, 1, 0, tzinfo=utc),
             "ok4": datetime.fromtimestamp(1793500000, utc),
             "ok5": datetime(2026, 11, 1, 2, 0, 0, 123456, tzinfo=utc),
-            "z1": datetime(2026, 11, 1, 9, 31, tzinfo=utc), "m2": datetime(2026, 11, 1, 9, 32, tzinfo=utc)}
-    got = {i: t.replace(tzinfo=utc) if t is not None and t.tzinfo is None else t
-           for i, t in lake.rows("gold/clicks", "event_id", "event_ts")}
-    assert got == want
-    q = {json.loads(r)["event_id"]: (json.loads(r).get("event_ts"), why)
+            "z1": datetime(2026, 11, 1, 9, 31, tzinfo=utc), "m2": datetime(2026, 11, 1, 9, 32, tzinfo=utc),
+            "d3": at, "d4": at, "d7": at}
+    got = {i: (t.replace(tzinfo=utc) if t is not None and t.tzinfo is None else t, price, str(day),
+               seen if seen is None else seen.replace(tzinfo=utc))
+           for i, t, price, day, seen in lake.rows("gold/clicks", "event_id", "event_ts", "price", "day", "seen_at")}
+    prices = {"d3": Decimal("12.50"), "d4": Decimal("7.10")}
+    assert got == {i: (t, prices.get(i, Decimal("1.50")), "2026-11-01",
+                       datetime.fromtimestamp(1793500000, utc) if i == "d7" else None)
+                   for i, t in want.items()}
+    q = {json.loads(r)["event_id"]: (json.loads(r), why)
          for r, why in lake.rows("gold/_quarantine", "raw_line", "reason")}
-    assert s["quarantined"] == len(q) == 7, q
+    assert s["quarantined"] == len(q) == 11, q
     for i in ("z1", "z2", "z3"):
         assert "names a time zone" in q[i][1] and "+08:00" in q[i][1], q[i]
     for i in ("r1", "r2"):
         assert "is not an event time" in q[i][1], q[i]
     for i in ("m1", "m2"):
         assert "event time event_ts is missing or null" in q[i][1], q[i]
-    assert {i: t for i, (t, _) in q.items()} == {i: t for i, t in sent[1:4] + sent[8:11] + [("m2", None)]}
-    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 7, 7)]
+    assert "column price 1.234 is not a decimal(10,2) value exactly" in q["d1"][1], q["d1"]
+    assert 'column price "1.235" is not a decimal(10,2) value exactly' in q["d2"][1], q["d2"]
+    assert 'column day "2026-11-01T10:00:00" is not a date' in q["d5"][1], q["d5"]
+    assert 'column seen_at "2026-11-01 01:30:00 PST" names a time zone' in q["d6"][1], q["d6"]
+    # raw_line: the schema's columns, the checked values as sent
+    assert {i: q[i][0].get("event_ts") for i in q} == {
+        **{i: t for i, t in sent[1:4] + sent[8:11]}, "m2": None, **{i: t0 for i in ("d1", "d2", "d5", "d6")}}
+    assert (q["d1"][0]["price"], q["d2"][0]["price"], q["d5"][0]["day"]) == (1.234, "1.235", "2026-11-01T10:00:00")
+    assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 10, 10)]
 
 
 def test_quarantined_event_line_with_invalid_utf8_keeps_the_table_readable(spark, tmp_path: Path) -> None:

@@ -215,6 +215,7 @@ def _floor_div(n: Column, d: int) -> Column:
 # would also take "2024-01-01 10:30:00" or "2024-01-01T..." (time dropped) and "2024" / "2024-05"
 # (day made up).
 _EXACT_DATE_RE = r"^\s*[+-]?\d{4,}-\d{1,2}-\d{1,2}\s*$"
+EXACT_DATE_RE = _EXACT_DATE_RE  # (the enrichment's events source checks dates alike)
 # A timestamp string with sub-microsecond digits that are not all zero (stored truncated to µs).
 _BEYOND_MICROS_RE = r":\d{2}[.,]\d{6}0*[1-9]"
 # A timestamp string naming its time zone (two letters or more other than UTC / GMT / UT: an

@@ -4,9 +4,9 @@
   a ``--reprocess`` snapshot left in ``<checkpoint>/enrich_start.json`` (:func:`start_version`);
 * ``events``: an append-only JSON folder, read into ``fact.events.schema`` with Spark's
   corrupt-record column (:data:`~cdc_lake.enrich.columns.CORRUPT`: a malformed line keeps its
-  text for the quarantine), the event time read as text and checked by the job
-  (:func:`with_event_time`), and deduplicated by the event id within the watermark, every event
-  without an id kept apart (:func:`_dedupe_events`).
+  text for the quarantine), the event time and the decimal, date and timestamp columns read as
+  sent and typed by the job (:mod:`cdc_lake.enrich.event_values`), and deduplicated by the
+  event id within the watermark, every event without an id kept apart (:func:`_dedupe_events`).
 
 Example::
 
@@ -19,13 +19,14 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_lake.config import FILE_SOURCE_MAX_AGE
 from cdc_lake.engines import Engine
 from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
-from cdc_lake.enrich.config import EnrichConfig, EventSource
+from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.event_values import read_ddl, with_checked_values
 
 START_FILE = "enrich_start.json"
 
@@ -91,7 +92,7 @@ def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
     files = existing(files)
     if not files:
         return None
-    df = with_event_time(
+    df = with_checked_values(
         spark.read.schema(read_ddl(ev)).option("columnNameOfCorruptRecord", CORRUPT)
         .json([_hadoop_path(u) for u in files])
         .select("*", F.col("_metadata.file_path").alias(SOURCE_FILE)), ev)
@@ -122,7 +123,7 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery
               .option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
               .option("maxFileAge", FILE_SOURCE_MAX_AGE).json(str(ev.path))
               .select("*", F.col("_metadata.file_path").alias(SOURCE_FILE)))  # for the quarantine
-        df = with_event_time(df, ev)
+        df = with_checked_values(df, ev)
         return _dedupe_events(df, ev.id, ev.time, ev.watermark, ev.schema.get(ev.id, ""))
     from cdc_lake.sources.change_feed import read_change_feed
 
@@ -131,81 +132,6 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery
                             max_versions_per_trigger=f.max_versions_per_trigger,
                             max_rows_per_trigger=f.max_rows_per_trigger, starting_version=start,
                             recovery=recovery)
-
-
-def read_ddl(ev: EventSource) -> str:
-    """The schema the events are read with: ``fact.events.schema`` with the event time column
-    as ``variant`` (the text as sent: :func:`with_event_time` types it) and the corrupt-record
-    column."""
-    return ", ".join(f"`{c}` {'variant' if c == ev.time else t}" for c, t in ev.schema.items()) + (
-        f", `{CORRUPT}` string")
-
-
-_INTEGERS = ("TINYINT", "SMALLINT", "INT", "BIGINT")
-
-
-def event_time(raw: Column) -> Column:
-    """The instant of an event time as sent (a variant), or null when it is not taken: a string
-    Spark's cast reads (ISO-8601 and the forms Spark's JSON reader took: ``Z``, ``+08:00``,
-    ``UTC``, ``GMT+08:00``, none = UTC; digits beyond microseconds are cut, as Spark's reader
-    did) except one naming its zone (``PST``, ``America/Los_Angeles``:
-    :data:`~cdc_lake.cdc.column_types.NAMED_ZONE_RE`; Spark maps ``PST`` to Los Angeles time,
-    daylight saving included, and ``CST`` to US Central: one to thirteen hours off, tester L),
-    or a JSON integer (seconds since the epoch, as Spark's reader took it); in both cases
-    within the years 1 to 9999 (a later one made the enriched table unreadable).
-
-    Example::
-
-        event_time(F.parse_json(F.lit('"2026-11-01 01:30:00 PST"')))  # null: names a zone
-    """
-    from cdc_lake.cdc.column_types import NAMED_ZONE_RE
-
-    kind, text = F.schema_of_variant(raw), F.try_variant_get(raw, "$", "string")
-    t = (F.when(kind == "STRING", F.when(~text.rlike(NAMED_ZONE_RE), text.try_cast("timestamp")))
-         .when(kind.isin(*_INTEGERS), F.try_variant_get(raw, "$", "timestamp")))
-    return F.when(F.year(t).between(1, 9999), t).cast("timestamp")
-
-
-def with_event_time(df: DataFrame, ev: EventSource) -> DataFrame:
-    """The events read with :func:`read_ddl`, their time column typed by :func:`event_time`; an
-    event whose time is missing, null or not taken is marked corrupt (kept apart from the dedup,
-    so its id does not drop the correct event of that id, and quarantined with
-    :func:`corrupt_reason`), its line the schema's columns as JSON with the time as sent (a line
-    Spark could not read keeps its own text). (Before 2026-11-30 an event without its time, or
-    with ``Event_TS`` for ``event_ts``, was enriched with a null time, exit 0.)"""
-    t = event_time(F.col(f"`{ev.time}`"))
-    line = F.to_json(F.struct(*[F.col(f"`{c}`") for c in ev.schema]))
-    return (df.withColumn(CORRUPT, F.coalesce(F.col(f"`{CORRUPT}`"), F.when(t.isNull(), line)))
-            .withColumn(ev.time, t))
-
-
-def corrupt_reason(ev: EventSource) -> Column:
-    """Why a corrupt event (:data:`~cdc_lake.enrich.columns.CORRUPT` set) is quarantined: its
-    time naming a zone, not taken otherwise, or missing from a JSON object; else the line not
-    read into the schema."""
-    from pyspark.sql.types import StructField, StructType, VariantType
-
-    from cdc_lake.cdc.column_types import NAMED_ZONE_RE
-
-    raw = F.from_json(F.col(f"`{CORRUPT}`"), StructType([StructField(ev.time, VariantType())]))[ev.time]
-    text = F.coalesce(F.try_variant_get(raw, "$", "string"), F.lit(""))
-    sent = raw.isNotNull() & (F.schema_of_variant(raw) != "VOID")
-    said = F.concat(F.lit(f"event time {ev.time} "), F.to_json(raw))
-    # a zone only where Spark reads the text ("garbage" holds letters too)
-    zone = text.rlike(NAMED_ZONE_RE) & text.try_cast("timestamp").isNotNull()
-    return (F.when(sent & (F.schema_of_variant(raw) == "STRING") & zone, F.concat(
-                said, F.lit(" names a time zone, which gives no fixed offset (Spark reads PST as "
-                            "Los Angeles time with daylight saving, CST as US Central): send an "
-                            "offset (Z, +08:00) (the line is kept as raw_line)")))
-            .when(sent & event_time(raw).isNull(), F.concat(
-                said, F.lit(" is not an event time: ISO-8601 text (an offset or none = UTC) or "
-                            "epoch seconds, in the years 1 to 9999 (the line is kept as raw_line)")))
-            .when(~sent & F.schema_of_variant(F.try_parse_json(F.col(f"`{CORRUPT}`"))).startswith("OBJECT"),
-                  F.lit(f"event time {ev.time} is missing or null (fact.events.time; names are "
-                        "case-sensitive): an event needs its time for the watermark and the "
-                        "deduplication (the line is kept as raw_line)"))
-            .otherwise(F.lit("malformed JSON line, or a value not of its fact.events.schema type "
-                             "(the line is kept as raw_line)")))
 
 
 _NULL_ID = "\u0000cdc-lake:no-id:"  # no real event id starts with a NUL character

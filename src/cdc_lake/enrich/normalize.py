@@ -119,7 +119,7 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int,
         null_key = null_key | F.col(f"`{c}`").isNull()
     reason = F.when(null_key, F.lit(f"fact key {k} is null")).otherwise(reason)
     if CORRUPT in rows.columns and ev is not None:  # events: a line not read, a time not taken
-        from cdc_lake.enrich.fact_source import corrupt_reason
+        from cdc_lake.enrich.event_values import corrupt_reason
 
         reason = F.when(F.col(CORRUPT).isNotNull(), corrupt_reason(ev)).otherwise(reason)
     rows = rows.withColumn("_reason", reason)
