@@ -288,6 +288,7 @@ def test_cli_exit_codes_and_messages(spark, tmp_path, capsys):
     ({"snapshots": "{path: s, format: csv, pattern: \"_{date}.csv\"}"}, "snapshots.pattern", "hidden"),
     ({"snapshots": "{path: s, format: csv, pattern: \".{date}.csv\"}"}, "snapshots.pattern", "hidden"),
     ({"schema": "{category: string}"}, "schema", "key columns"),
+    ({"schema": "{product_id: int, w: decimal(10,2)}"}, "schema.w", "YAML split a type at its comma"),
     ({"schema": "{product_id: int, _Is_Current: boolean}"}, "schema", "maintains"),
     ({"scd": "3"}, "scd", "1 or 2"),
     ({"keys": "[]"}, "keys", "empty"),

@@ -122,6 +122,9 @@ LOAD_CASES = {
     "events: join column not a column": (
         EVENTS, "on: {product_id: id}", "on: {productid: id}",
         "dimensions.products.on", ["'productid'", "'product_id'"]),
+    "events: a decimal type split at its comma by a flow mapping": (
+        EVENTS, "event_ts: timestamp}", "event_ts: timestamp, price: decimal(10,2)}", "fact.events.schema",
+        ["column names to Spark types", "'decimal(10'", 'quote it, price: "decimal(10,2)"']),
     "events: dimension output is a fact column": (
         EVENTS, "columns: {category: cat}", "columns: {category: cat, QTY: name}",
         "dimensions.products.columns.QTY", ["'QTY'", "'qty'"]),

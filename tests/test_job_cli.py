@@ -69,6 +69,8 @@ def test_deleting_the_lock_file_of_a_running_holder_does_not_let_a_second_run_in
      "tables.orders.keys", "is required for debezium"),
     (GOOD.replace("tables:", "tables:\n  bad: {types: {x: varchar}}"), "tables.bad.types.x",
      "unsupported type 'varchar'"),
+    (GOOD.replace("tables:", "tables:\n  bad: {types: {x: decimal(10,2)}}"), "tables.bad.types.x",
+     "YAML split a type at its comma: inside { } quote it"),
     (GOOD.replace("root: lake", "root: '${NOPE_NOT_SET}'"), "storage.root", "NOPE_NOT_SET"),
 ])
 def test_config_errors_name_file_key_and_value(tmp_path, body, key, words):

@@ -68,6 +68,16 @@ def spark_type(t: object) -> str | None:
     return name if TYPE_RE.match(name) else None
 
 
+def split_type_hint(*parts: object) -> str:
+    """A hint when YAML split a type at its comma (``{price: decimal(10,2)}`` in a flow mapping
+    is ``price: 'decimal(10'`` and a key ``'2)'``: the comma separates entries there), else ''."""
+    if any(isinstance(x, str) and (x.count("(") > x.count(")") or x.strip().endswith(")")
+                                   and "(" not in x) for x in parts):
+        return (" (YAML split a type at its comma: inside { } quote it, price: \"decimal(10,2)\", "
+                "or write the mapping one entry per line)")
+    return ""
+
+
 DEFAULT_DELTA_PACKAGES = "io.delta:delta-spark_2.13:4.4.1"
 # Spark's file source forgets (and then ignores) files whose mtime is older than the newest seen
 # file minus maxFileAge (default 7 days): a late-landed file with an old mtime would be skipped

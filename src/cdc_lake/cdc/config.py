@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdc_lake.config import (NAME_RE, TRIGGERS, ConfigError, DeltaSparkSettings, Reader, Schedule,
-                             parse_maintenance, parse_runtime, parse_schedule, spark_type)
+                             parse_maintenance, parse_runtime, parse_schedule, spark_type,
+                             split_type_hint)
 from cdc_lake.launch import FULL_JIT_FROM_MB, INTERPRETED_BELOW_MB
 from cdc_lake.locks import LockSettings
 from cdc_lake.paths import overlap
@@ -146,7 +147,7 @@ def _parse_table(r: Reader, name: str, source_format: str, default_db: str | Non
         spark_t = spark_type(t)
         if spark_t is None:
             raise r.fail(f"types.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
-                         "bigint, string, decimal(10,2), date, timestamp")
+                         "bigint, string, decimal(10,2), date, timestamp" + split_type_hint(col, t))
         types[str(col)] = spark_t
     scd = r.scd()
     return TableConfig(

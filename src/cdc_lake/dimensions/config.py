@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdc_lake.config import (NAME_RE, ConfigError, DeltaSparkSettings, Reader, Schedule,
-                             parse_maintenance, parse_runtime, parse_schedule, spark_type)
+                             parse_maintenance, parse_runtime, parse_schedule, spark_type,
+                             split_type_hint)
 from cdc_lake.locks import LockSettings
 
 SNAPSHOT_FORMATS = ("csv", "parquet")
@@ -190,7 +191,7 @@ def _schema(r: Reader, keys: tuple[str, ...], scd: int) -> dict[str, str] | None
         spark_t = spark_type(t)
         if spark_t is None:
             raise r.fail(f"schema.{col}", f"unsupported type {t!r}; use a Spark SQL type such as "
-                         "int, bigint, string, decimal(10,2), date, timestamp")
+                         "int, bigint, string, decimal(10,2), date, timestamp" + split_type_hint(col, t))
         out[str(col)] = spark_t
     missing = [k for k in keys if k not in out]
     if missing:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdc_lake.config import (NAME_RE, TRIGGERS, ConfigError, DeltaSparkSettings, Reader, Schedule,
-                             parse_maintenance, parse_runtime, parse_schedule)
+                             parse_maintenance, parse_runtime, parse_schedule, split_type_hint)
 from cdc_lake.enrich.columns import reserved, reserved_message
 from cdc_lake.locks import LockSettings
 from cdc_lake.paths import overlap
@@ -179,7 +179,9 @@ def _mapping(r: Reader, name: str, required: bool = True) -> dict[str, str]:
         return {}
     if not isinstance(v, dict) or not v or not all(
             isinstance(k, str) and isinstance(x, str) and k and x for k, x in v.items()):
-        raise r.fail(name, f"expected a non-empty mapping of column names to column names, got {v!r}")
+        what = "column names to Spark types" if name == "schema" else "column names to column names"
+        parts = [x for kv in (v.items() if isinstance(v, dict) else ()) for x in kv]
+        raise r.fail(name, f"expected a non-empty mapping of {what}, got {v!r}{split_type_hint(*parts)}")
     return dict(v)
 
 

@@ -46,9 +46,11 @@ def _c(name: str) -> Column:
 def checked_columns(ev: EventSource) -> dict[str, str]:
     """Column -> declared type (lower case) of the columns typed here: the event time first,
     then every ``decimal(p,s)``, ``date`` and ``timestamp`` column."""
+    from cdc_lake.config import spark_type
+
     out = {ev.time: ev.schema[ev.time].strip().lower()}
     for c, t in ev.schema.items():
-        t = t.strip().lower().replace(" ", "")
+        t = spark_type(t) or t.strip().lower().replace(" ", "")  # numeric(10, 2) -> decimal(10,2)
         if c != ev.time and (t.startswith("decimal") or t == "date" or t in _TIMESTAMPS):
             out[c] = t
     return out
