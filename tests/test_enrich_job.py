@@ -632,7 +632,7 @@ def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_p
         fact:
           events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
                    schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp,
-                            price: "decimal(10,2)", day: date, seen_at: timestamp}}
+                            price: "numeric(10, 2)", day: date, seen_at: timestamp}}
         dimensions:
           products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
         event_time: event_ts
