@@ -666,14 +666,15 @@ def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_p
         assert "is not an event time" in q[i][1], q[i]
     for i in ("m1", "m2"):
         assert "event time event_ts is missing or null" in q[i][1], q[i]
-    assert "column price 1.234 is not a decimal(10,2) value exactly" in q["d1"][1], q["d1"]
+    assert 'column price "1.234" is not a decimal(10,2) value exactly' in q["d1"][1], q["d1"]
     assert 'column price "1.235" is not a decimal(10,2) value exactly' in q["d2"][1], q["d2"]
     assert 'column day "2026-11-01T10:00:00" is not a date' in q["d5"][1], q["d5"]
     assert 'column seen_at "2026-11-01 01:30:00 PST" names a time zone' in q["d6"][1], q["d6"]
-    # raw_line: the schema's columns, the checked values as sent
+    # raw_line: the schema's columns, the checked values as sent (as text)
     assert {i: q[i][0].get("event_ts") for i in q} == {
-        **{i: t for i, t in sent[1:4] + sent[8:11]}, "m2": None, **{i: t0 for i in ("d1", "d2", "d5", "d6")}}
-    assert (q["d1"][0]["price"], q["d2"][0]["price"], q["d5"][0]["day"]) == (1.234, "1.235", "2026-11-01T10:00:00")
+        **{i: None if t is None else str(t) for i, t in sent[1:4] + sent[8:11]}, "m2": None,
+        **{i: t0 for i in ("d1", "d2", "d5", "d6")}}
+    assert (q["d1"][0]["price"], q["d2"][0]["price"], q["d5"][0]["day"]) == ("1.234", "1.235", "2026-11-01T10:00:00")
     assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 10, 10)]
 
 
