@@ -71,6 +71,10 @@ EXIT_QUARANTINE_THRESHOLD = 4
 EXIT_LOCK_HELD = 75
 
 
+_STOPPED = ("the Airflow task was stopped while spark-submit ran (marked failed or success, "
+            "cleared, or timed out); the job was killed")
+
+
 class CdcSparkSubmitOperator(SparkSubmitOperator):
     """Run one CDC pipeline with spark-submit and return its run summary.
 
@@ -157,6 +161,10 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
         if code == EXIT_LOCK_HELD or self._recorded_by_job():
             return
         tail = hook.output_tail if isinstance(hook, CdcSparkSubmitHook) else []
+        if getattr(self, "_stopped_by_airflow", False):
+            # on_kill and execute's own failure both get here, in either order (the killed
+            # spark-submit wakes execute's thread): the first record is kept, so both say why
+            error = _STOPPED
         why = error if isinstance(error, str) else (
             f"spark-submit ended with exit code {code} and the job wrote no run record "
             f"(killed, or stopped before its lock): {str(error)[:300]}")
@@ -171,12 +179,11 @@ class CdcSparkSubmitOperator(SparkSubmitOperator):
     def on_kill(self) -> None:
         """Airflow stops the task (marked failed, timed out, cleared): stop spark-submit, then
         record the run as failed unless the job recorded it."""
+        self._stopped_by_airflow = True
         try:
             super().on_kill()
         finally:
-            self._record_unreported_failure(
-                "the Airflow task was stopped while spark-submit ran (marked failed or success, "
-                "cleared, or timed out); the job was killed")
+            self._record_unreported_failure(_STOPPED)
 
     def _choose_driver_jit(self) -> None:
         """The driver JVM's JIT for this run's backlog (:func:`cdc_lake.launch.launch_conf`):
