@@ -99,6 +99,29 @@ class Lake:
         return sorted((tuple(_plain(r[c]) for c in cols) for r in t), key=repr)
 
 
+EVENT_COLUMNS = "event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp"
+
+
+def clicks_on_events(lake: "Lake", columns: str = EVENT_COLUMNS, options: str = ""):  # type: ignore[no-untyped-def]
+    """The ``clicks`` pipeline over the JSON events in ``<lake>/landing``: ``columns`` is
+    ``fact.events.schema``'s body, ``options`` more ``fact.events`` entries (``"max_files_per_trigger:
+    1, "``); products joined for ``category``; ``gold/clicks`` and the ``per_cat`` aggregate."""
+    return lake.config(f"""
+        kind: enrich
+        pipeline: clicks
+        fact:
+          events: {{path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
+                   {options}schema: {{{columns}}}}}
+        dimensions:
+          products: {{table: products, keys: [id], on: {{product_id: id}}, columns: {{category: cat}}}}
+        event_time: event_ts
+        outputs:
+          enriched: gold/clicks
+          aggregates: {{per_cat: {{group_by: [category], sums: {{units: qty}}}}}}
+        engine: {{name: deltalake}}
+    """)
+
+
 def _plain(v):  # type: ignore[no-untyped-def]
     if isinstance(v, list) and v and isinstance(v[0], tuple):  # map<string,bigint>
         return dict(v)
@@ -478,21 +501,7 @@ def test_events_source_watermark_dedup_and_dropped_count(spark, tmp_path: Path) 
     land("b.json", [("e3", 1, "2026-01-02T08:00:00Z"),      # older than the watermark (09:30)
                     ("e2", 1, "2026-01-02T10:30:00Z"),      # duplicate within the watermark
                     ("e4", 1, "2026-01-02T11:00:00Z")], now - 10)
-    cfg = lake.config("""
-        kind: enrich
-        pipeline: clicks
-        fact:
-          events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
-                   max_files_per_trigger: 1,
-                   schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp}}
-        dimensions:
-          products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
-        event_time: event_ts
-        outputs:
-          enriched: gold/clicks
-          aggregates: {per_cat: {group_by: [category], sums: {units: qty}}}
-        engine: {name: deltalake}
-    """)
+    cfg = clicks_on_events(lake, options="max_files_per_trigger: 1, ")
     s = run_enrich(cfg, spark=spark, run_id="r1")
     assert lake.rows("gold/clicks", "event_id", "category") == [("e1", "fruit"), ("e2", "fruit"),
                                                                ("e4", "fruit")]
@@ -544,20 +553,7 @@ def test_events_without_an_id_and_malformed_lines_are_each_quarantined(spark, tm
     fixed = {"event_id": ids[2], "product_id": 1, "qty": 4, "event_ts": "2026-01-02T10:02:00Z"}
     (landing / "a.json").write_text("\n".join([json.dumps(e) for e in good + no_id] + broken
                                               + [json.dumps(fixed)]) + "\n")
-    cfg = lake.config(f"""
-        kind: enrich
-        pipeline: clicks
-        fact:
-          events: {{path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
-                   schema: {{event_id: {id_type}, product_id: bigint, qty: bigint, event_ts: timestamp}}}}
-        dimensions:
-          products: {{table: products, keys: [id], on: {{product_id: id}}, columns: {{category: cat}}}}
-        event_time: event_ts
-        outputs:
-          enriched: gold/clicks
-          aggregates: {{per_cat: {{group_by: [category], sums: {{units: qty}}}}}}
-        engine: {{name: deltalake}}
-    """)
+    cfg = clicks_on_events(lake, EVENT_COLUMNS.replace("event_id: string", f"event_id: {id_type}"))
     s = run_enrich(cfg, spark=spark, run_id="r1")
     assert sorted(r[0] for r in lake.rows("gold/clicks", "event_id")) == ids
     assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 7, 3)]
@@ -626,21 +622,7 @@ def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_p
              "d6": {"seen_at": "2026-11-01 01:30:00 PST"}, "d7": {"seen_at": 1793500000}}
     lines += [{"event_id": i, **base, "event_ts": t0, **v} for i, v in other.items()]
     (landing / "a.json").write_text("".join(json.dumps(e) + "\n" for e in lines))
-    cfg = lake.config("""
-        kind: enrich
-        pipeline: clicks
-        fact:
-          events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
-                   schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp,
-                            price: "numeric(10, 2)", day: date, seen_at: timestamp}}
-        dimensions:
-          products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
-        event_time: event_ts
-        outputs:
-          enriched: gold/clicks
-          aggregates: {per_cat: {group_by: [category], sums: {units: qty}}}
-        engine: {name: deltalake}
-    """)
+    cfg = clicks_on_events(lake, EVENT_COLUMNS + ', price: "numeric(10, 2)", day: date, seen_at: timestamp')
     s = run_enrich(cfg, spark=spark, run_id="r1")
     utc = timezone.utc
     at = datetime(2026, 11, 1, 10, 0, tzinfo=utc)
@@ -690,19 +672,7 @@ def test_quarantined_event_line_with_invalid_utf8_keeps_the_table_readable(spark
     (landing / "a.json").write_bytes(
         b'{"event_id": "e1", "product_id": 1, "qty": 1, "event_ts": "2026-01-02T10:00:00Z"}\n'
         b'{"event_id": "b\xff1", "product_id": 1, BROKEN\n')
-    cfg = lake.config("""
-        kind: enrich
-        pipeline: clicks
-        fact:
-          events: {path: landing, format: json, id: event_id, time: event_ts, watermark: "1 hour",
-                   schema: {event_id: string, product_id: bigint, qty: bigint, event_ts: timestamp}}
-        dimensions:
-          products: {table: products, keys: [id], on: {product_id: id}, columns: {category: cat}}
-        event_time: event_ts
-        outputs:
-          enriched: gold/clicks
-        engine: {name: deltalake}
-    """)
+    cfg = clicks_on_events(lake)
     s = run_enrich(cfg, spark=spark, run_id="r1")
     assert s["quarantined"] == 1
     (raw, reason), = lake.rows("gold/_quarantine", "raw_line", "reason")  # to_pylist: no error

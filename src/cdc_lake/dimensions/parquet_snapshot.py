@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType
 
 from cdc_lake.dimensions.diff import SnapshotInvalid
-from cdc_lake.dimensions.types import quote
+from cdc_lake.dimensions.types import quote, refuse_case_twins
 from cdc_lake.paths import glob_escape
 
 
@@ -114,23 +114,15 @@ def nulls_as_text(df: DataFrame, f: Path) -> DataFrame:
 def _check_names(f: Path) -> None:
     """Refuse a file naming one column twice, compared case-insensitively (``Name`` and
     ``name``), before Spark reads it: Spark's read failed with ``COLUMN_ALREADY_EXISTS``, exit 1,
-    which Airflow retries in vain (the same check as for CSV headers and Spark-read columns,
-    :func:`cdc_lake.dimensions.snapshot._spell_as_table`). A footer pyarrow cannot read is left
-    to Spark's own error."""
+    which Airflow retries in vain (:func:`cdc_lake.dimensions.types.refuse_case_twins`, as for
+    the columns Spark reads). A footer pyarrow cannot read is left to Spark's own error."""
     import pyarrow.parquet as pq
 
     try:
         names = pq.read_schema(f).names
     except Exception:  # noqa: BLE001 - not Parquet / truncated: Spark's own error, as before
         return
-    seen: dict[str, str] = {}
-    for c in names:
-        if c.lower() in seen:
-            raise SnapshotInvalid(
-                f"{f}: the snapshot names the column {seen[c.lower()]!r} twice (as {c!r} too; "
-                "names compared case-insensitively, as Spark and Delta resolve them), so nothing "
-                "was written. Rename or drop one of them in the export and re-run this date")
-        seen[c.lower()] = c
+    refuse_case_twins(names, str(f))
 
 
 def _nanos_columns(f: Path) -> tuple[dict[str, bool], list[str]]:

@@ -30,7 +30,7 @@ from cdc_lake.dimensions.config import SCD1_META, SCD2_META, DimensionPipelineCo
 from cdc_lake.dimensions.csv_check import check_csv_file
 from cdc_lake.dimensions.parquet_snapshot import check_utf8, nulls_as_text, read_parquet
 from cdc_lake.dimensions.diff import SnapshotInvalid
-from cdc_lake.dimensions.types import conform, quote
+from cdc_lake.dimensions.types import conform, quote, refuse_case_twins
 from cdc_lake.paths import glob_escape
 
 __all__ = ["SnapshotInvalid", "SnapshotMissing", "read_snapshot"]
@@ -238,14 +238,7 @@ def _spell_as_table(df: DataFrame, spellings: list[str], where: str) -> DataFram
     case-insensitively, so it is the same column (it was refused as missing; tester). Two
     snapshot columns that differ only in case raise :class:`SnapshotInvalid`."""
     want = {n.lower(): n for n in reversed(spellings)}  # the table's spelling before a key's
-    seen: dict[str, str] = {}
-    for c in df.columns:
-        if c.lower() in seen:
-            raise SnapshotInvalid(
-                f"{where}: the snapshot names the column {seen[c.lower()]!r} twice (as {c!r} "
-                "too; names compared case-insensitively, as Spark and Delta resolve them), so "
-                "nothing was written. Rename or drop one of them in the export and re-run this date")
-        seen[c.lower()] = c
+    refuse_case_twins(df.columns, where)
     renames = {c: want[c.lower()] for c in df.columns if want.get(c.lower(), c) != c}
     if not renames:
         return df

@@ -52,6 +52,19 @@ class SnapshotInvalid(ValueError):
     a value its column's type cannot hold exactly)."""
 
 
+def refuse_case_twins(names: list[str], where: str) -> None:
+    """Raise :class:`SnapshotInvalid` when ``names`` holds one column twice, compared
+    case-insensitively as Spark and Delta resolve names (``Name`` and ``name``)."""
+    seen: dict[str, str] = {}
+    for c in names:
+        if c.lower() in seen:
+            raise SnapshotInvalid(
+                f"{where}: the snapshot names the column {seen[c.lower()]!r} twice (as {c!r} "
+                "too; names compared case-insensitively, as Spark and Delta resolve them), so "
+                "nothing was written. Rename or drop one of them in the export and re-run this date")
+        seen[c.lower()] = c
+
+
 def _scale(t: str) -> int | None:
     """Fraction digits an exact numeric type holds (integers 0, ``decimal(p,s)`` s); None for
     floating point."""
