@@ -182,3 +182,73 @@ def test_a_deleted_data_file_ends_the_run_with_exit_3_naming_it(spark, tmp_path)
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("[cdc] NEEDS RECOVERY") and str(victim) in last, last
     assert "--full-refresh --tables orders" in last, last
+
+
+def test_a_table_another_pipeline_or_a_hand_wrote_is_never_merged_into(spark, tmp_path):
+    """Tester: two YAMLs sharing one storage.root with a table name in common, run by hand:
+    the second pipeline's first run merged its rows into the first's table with exit 0 (the
+    first's next run stopped only afterwards). Now every run checks the owner marks of the
+    tables it would write (``cdc_lake.cdc.owners``): the second pipeline stops with exit 3 and
+    writes nothing, its full refresh replaces nothing, and the owner goes on. The owner's own
+    mark under a new checkpoint instance (the reset) passes, also when only a full refresh wrote
+    the table; an unmarked table holding rows is refused, an empty one is taken."""
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from cdc_lake.cdc.owners import TableOwnedElsewhere
+
+    lake = tmp_path / "lake"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    owner = pipeline(tmp_path / "a", name="shop", root=str(lake))
+    other = pipeline(tmp_path / "b", name="shop_eu", root=str(lake))
+    orders = owner.tables["orders"].path
+    assert other.tables["orders"].path == orders and other.checkpoint_path != owner.checkpoint_path
+    land(owner.landing_path, "a.json", event(1), event(2), event(5, "customers"))
+    # the owner's first run is a full refresh: its replacing commit carries the owner mark too
+    run_pipeline(owner, spark=spark, run_id="refresh", full_refresh=True)
+    truth = {1: "s1", 2: "s2"}
+    assert rows(orders) == truth
+
+    land(other.landing_path, "x.json", event(12, typ="update", id=1, status="eu"), event(3))
+    version = __import__("deltalake").DeltaTable(str(orders)).version()
+    r = run_cli(spark, other.file, run_id="eu1")
+    assert r.returncode == 3, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "NEEDS RECOVERY" in last and "pipeline 'shop' (kind: cdc)" in last, last
+    assert "tables.orders.path" in last and "tables.customers.path" in last, last
+    with pytest.raises(TableOwnedElsewhere):
+        run_pipeline(other, spark=spark, run_id="eu2", tables=["orders"], full_refresh=True)
+    assert rows(orders) == truth
+    assert __import__("deltalake").DeltaTable(str(orders)).version() == version
+
+    # the owner goes on; then its checkpoint is reset (moved aside): its own tables are taken
+    land(owner.landing_path, "b.json", event(4))
+    assert run_pipeline(owner, spark=spark, run_id="r1")["status"] == "succeeded"
+    cp = owner.checkpoint_path
+    shutil.move(cp, cp.with_name(cp.name + ".aside"))
+    land(owner.landing_path, "c.json", event(16, typ="update", id=2, status="s2c"))
+    assert run_pipeline(owner, spark=spark, run_id="r2")["status"] == "succeeded"
+    assert rows(orders) == {1: "s1", 2: "s2c", 4: "s4"}
+
+    # tables made by hand at a third pipeline's paths: refused with rows, or empty with columns
+    # this job never writes (the MERGE failed deep in delta-rs, exit 1); taken when empty with
+    # the key and _cdc_seq (what a run stopped between creating the table and its write leaves)
+    third = pipeline(tmp_path / "b", name="hand", root=str(tmp_path / "lake3"), yaml_name="h.yaml")
+    customers3, orders3 = third.tables["customers"].path, third.tables["orders"].path
+    write_deltalake(str(customers3), pa.table({"id": [7], "status": ["h"]}))
+    write_deltalake(str(orders3), pa.table({"id": pa.array([], pa.int64()),
+                                            "status": pa.array([], pa.string())}))
+    with pytest.raises(TableOwnedElsewhere) as e:
+        run_pipeline(third, spark=spark, run_id="h1")
+    msg = str(e.value)
+    assert "'customers' at" in msg and "yet it holds rows" in msg, msg
+    assert "'orders' at" in msg and "lacks the column(s) ['_cdc_seq']" in msg, msg
+    shutil.rmtree(customers3)
+    shutil.rmtree(orders3)
+    write_deltalake(str(orders3), pa.table({"id": pa.array([], pa.int64()),
+                                            "_cdc_seq": pa.array([], pa.string())}))
+    assert run_pipeline(third, spark=spark, run_id="h2")["status"] == "succeeded"
+    assert rows(orders3) == {1: "eu", 3: "s3"}  # b/x.json: an update of an unseen key upserts

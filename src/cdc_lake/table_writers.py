@@ -4,13 +4,15 @@ Every write of a cdc-lake job records a Delta transaction (``txn`` action) whose
 the job kind and pipeline: ``cdc-<pipeline>-<instance>`` (cdc.job), ``enrich-<pipeline>-<instance>
 -<table>`` (enrich.writer), ``dimension-<pipeline>`` (dimensions). Pipeline names match NAME_RE
 (no ``-``), so the second field is the pipeline. Read from the files (the Delta protocol), the
-same for delta-rs and delta-spark tables. Used for the owner check of enrichment outputs and
-for naming how to rebuild an upstream table that lost a data file.
+same for delta-rs and delta-spark tables. Used for the owner checks of CDC tables
+(:mod:`cdc_lake.cdc.owners`) and enrichment outputs, and for naming how to rebuild an upstream
+table that lost a data file.
 
 Example::
 
     table_app_ids(Path("/lake/shop/orders"))   # {'cdc-shop-3f2a...'}
     describe_writer("cdc-shop-3f2a")            # "pipeline 'shop' (kind: cdc)"
+    holds_rows(Path("/lake/shop/orders"))       # True
     rebuild_hint(Path("/lake/shop/orders"))     # "rebuild it from its landing history with ..."
 """
 
@@ -86,6 +88,16 @@ def table_app_ids(table: Path) -> set[str]:
         if m and int(m.group(1)) > after:
             _txn_ids_in_json(log / n, found)
     return found
+
+
+def holds_rows(table: Path) -> bool:
+    """Whether the Delta table at ``table`` references any data file (unreadable: assume so)."""
+    from deltalake import DeltaTable
+
+    try:
+        return bool(DeltaTable(str(table)).file_uris())
+    except Exception:  # noqa: BLE001 - unreadable: assume it holds data
+        return True
 
 
 def describe_writer(app_id: str) -> str:

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 
 from cdc_lake.cdc.batch_writer import BatchWriter, RunStats, TableStats, Targets
 from cdc_lake.cdc.definitions import check_definitions, record_definitions
+from cdc_lake.cdc.owners import check_owners
 from cdc_lake.cdc.state import app_id as pipeline_app_id, check_state
 from cdc_lake.cdc.table_records import record_tables, record_versions
 from cdc_lake.cdc.backlog import (LandedFileChanged, backlog, check_history_complete,
@@ -40,6 +41,7 @@ from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import FILE_SOURCE_MAX_AGE, ConfigError
 from cdc_lake.launch import class_archive, codegen_mode, driver_jit
 from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
+from cdc_lake.engines.base import Txn
 from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
@@ -159,9 +161,11 @@ def _process(cfg: PipelineConfig, spark: SparkSession | None, run_id: str, selec
                      recorded_elsewhere=lambda: _recorded_elsewhere(cfg))  # another's: exit 3
     if not full_refresh:  # a full refresh neither reads the main checkpoint nor needs the tables
         check_state(cfg)  # damaged checkpoint file / table deleted behind its back: stop, say how
+        check_owners(cfg)  # a table another pipeline (or a hand) wrote: never merge into it
         check_definitions(cfg)  # a table's keys / scd / source changed in the YAML: exit 2
         check_landed_files_unchanged(cfg)  # appended to after it was read: never read again
     else:  # (the incremental path checks file names in check_landed_files_unchanged)
+        check_owners(cfg, selected)  # never replace another pipeline's table
         check_landing_names(cfg)  # a ':' in a file name fails Hadoop's read of every file
         check_history_complete(cfg)  # archived/deleted landing files: the rebuild would lack them
         _warn_changed_files(cfg)
@@ -288,7 +292,7 @@ def _full_refresh(spark: SparkSession, cfg: PipelineConfig, engine: Engine, run_
                 if current is None:
                     continue  # never existed and nothing to build: nothing to replace
                 df = current.limit(0)  # same schema, no rows: still one atomic swap commit
-            result = engine.replace(str(final), df)
+            result = engine.replace(str(final), df, txn=Txn(writer.app_id, 0))  # the owner mark
             if final == cfg.tables[name].path:
                 stats.tables.setdefault(name, TableStats()).delta_version = result.version
     shutil.rmtree(staging_root, ignore_errors=True)

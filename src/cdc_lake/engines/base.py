@@ -180,8 +180,9 @@ class Engine(ABC):
     def _append(self, path: str, df: Source, txn: Txn) -> WriteResult: ...
 
     @abstractmethod
-    def replace(self, path: str, df: DataFrame) -> WriteResult:
-        """Overwrite the table's content and schema in one commit (readers never see a gap)."""
+    def replace(self, path: str, df: DataFrame, txn: Txn | None = None) -> WriteResult:
+        """Overwrite the table's content and schema in one commit (readers never see a gap).
+        ``txn``: recorded with the commit (the writer's owner mark, :mod:`cdc_lake.table_writers`)."""
 
     @abstractmethod
     def history(self, path: str, limit: int = 20) -> list[dict[str, Any]]: ...

@@ -174,12 +174,15 @@ class DeltaSparkEngine(Engine):
          .option("txnAppId", txn.app_id).option("txnVersion", str(txn.version)).save(path))
         return WriteResult(False, self.version(path), {"num_added_rows": n})
 
-    def replace(self, path: str, df: DataFrame) -> WriteResult:
+    def replace(self, path: str, df: DataFrame, txn: Txn | None = None) -> WriteResult:
         n = df.count()
         if not self.exists(path):
             self.create(path, df.schema)  # overwrite keeps the table's properties (change feed)
         self._ensure_properties(path)
-        df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        if txn is not None:  # Delta's idempotent-write options: recorded as a txn action
+            writer = writer.option("txnAppId", txn.app_id).option("txnVersion", str(txn.version))
+        writer.save(path)
         return WriteResult(False, self.version(path), {"num_added_rows": n})
 
     def widen(self, path: str, types: dict[str, str]) -> WriteResult:

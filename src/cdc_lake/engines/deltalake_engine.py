@@ -187,10 +187,11 @@ class DeltaRsEngine(Engine):
                         post_commithook_properties=self._HOOKS)
         return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
 
-    def replace(self, path: str, df: DataFrame) -> WriteResult:
+    def replace(self, path: str, df: DataFrame, txn: Txn | None = None) -> WriteResult:
         data = _to_arrow(df)
         write_deltalake(path, data, mode="overwrite", schema_mode="overwrite",
-                        configuration=CDF_CONFIGURATION, post_commithook_properties=self._HOOKS)
+                        configuration=CDF_CONFIGURATION, post_commithook_properties=self._HOOKS,
+                        commit_properties=None if txn is None else self._commit(txn))
         return WriteResult(False, DeltaTable(path).version(), {"num_added_rows": data.num_rows})
 
     def widen(self, path: str, types: dict[str, str]) -> WriteResult:

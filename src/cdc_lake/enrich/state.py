@@ -56,7 +56,7 @@ from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.paths import mv_aside, q
 from cdc_lake.table_marks import changed_behind, checkpoint_bypass, commit_fingerprint
-from cdc_lake.table_writers import APP_ID_RE, describe_writer, table_app_ids
+from cdc_lake.table_writers import APP_ID_RE, describe_writer, holds_rows, table_app_ids
 
 VERSIONS_FILE = "enrich_table_versions.json"
 DEFINITIONS_FILE = "enrich_definitions.json"
@@ -391,16 +391,7 @@ def owned_outputs(cfg: EnrichConfig) -> list[tuple[str, Path]]:
 
 
 def _enriched_rows(cfg: EnrichConfig) -> bool:
-    return _is_table(cfg.outputs.enriched) and _holds_rows(cfg.outputs.enriched)
-
-
-def _holds_rows(path: Path) -> bool:
-    from deltalake import DeltaTable
-
-    try:
-        return bool(DeltaTable(str(path)).file_uris())
-    except Exception:  # noqa: BLE001 - unreadable: assume it holds data
-        return True
+    return _is_table(cfg.outputs.enriched) and holds_rows(cfg.outputs.enriched)
 
 
 def check_owners(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> list[tuple[str, str]]:
@@ -422,7 +413,7 @@ def check_owners(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> list[tup
                 + (f" and was also written by this pipeline {cfg.name!r}: two pipelines have "
                    "merged their rows into it" if mine else "")
                 + f" (Delta app ids {', '.join(foreign[:4])}), not to this pipeline {cfg.name!r}")))
-        elif not ids and str(path) not in recorded and _holds_rows(path):
+        elif not ids and str(path) not in recorded and holds_rows(path):
             problems.append((key, (
                 f"the Delta table {path} holds rows but carries no owner mark (no "
                 f"Delta transaction of a cdc-lake job) and this pipeline's records "
