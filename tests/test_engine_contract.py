@@ -172,6 +172,12 @@ def test_replace_is_one_commit_and_history_keeps_old_version(spark, engine, tmp_
     assert engine.version(path) == before + 1
     assert [r["id"] for r in _rows(engine, path)] == [9]
     assert len(engine.history(path)) >= 2
+    # with a txn: recorded (the owner mark of a full refresh), the merge's kept
+    engine.replace(path, spark.createDataFrame([(8, "y")], "id bigint, name string"),
+                   txn=Txn("cdc-shop-refresh-1", 0))
+    assert engine.version(path) == before + 2
+    assert [r["id"] for r in _rows(engine, path)] == [8]
+    assert engine.txn_version(path, "cdc-shop-refresh-1") == 0 and engine.txn_version(path, "a") == 0
 
 
 def test_read_as_of_a_version_is_that_snapshot(spark, engine, tmp_path):
