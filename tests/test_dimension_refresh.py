@@ -1065,3 +1065,46 @@ def test_a_timestamp_with_a_named_zone_is_an_invalid_snapshot(spark, tmp_path, c
     rows = DeltaTable(str(load_pipeline(yaml).table)).to_pyarrow_table().to_pylist()
     assert {r["product_id"]: r["seen"].replace(tzinfo=None) for r in rows} == {
         1: datetime(2026, 11, 1, 9, 30), 2: datetime(2026, 11, 1, 1, 30), 3: datetime(2026, 11, 1, 1, 30)}
+
+
+def test_a_table_another_pipeline_or_a_hand_wrote_is_not_refreshed(spark, tmp_path):
+    """Tester: two dimension YAMLs naming one ``table:``, run by hand: the second's refresh
+    diffed the first's table against its own snapshot and made it that snapshot (the other's
+    rows deleted), exit 0. Now the owner marks are checked first (exit 3, nothing written); a
+    hand-made table with rows is refused too; the owner's own refreshes go on."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.dimensions.refresh import run_refresh
+    from deltalake import write_deltalake
+
+    def rows(table: Path) -> dict[int, str]:
+        return {r["product_id"]: r["category"] for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    owner = load_pipeline(_pipeline(tmp_path / "a", "cats_a"))
+    other_yaml = _pipeline(tmp_path / "b", "cats_b")
+    other_yaml.write_text(other_yaml.read_text().replace("table: lake/cats_b", f"table: {owner.table}"))
+    other = load_pipeline(other_yaml)
+    assert other.table == owner.table
+    _write_snapshot(tmp_path / "a" / "snaps", "csv", DAY0, {1: {"category": "toys"}, 2: {"category": "books"}})
+    _write_snapshot(tmp_path / "b" / "snaps", "csv", DAY0, {3: {"category": "garden"}})
+    assert run_refresh(owner, date=str(DAY0), spark=spark, run_id="a1")["status"] == "succeeded"
+    version = DeltaTable(str(owner.table)).version()
+    with pytest.raises(PipelineStateError) as e:
+        run_refresh(other, date=str(DAY0), spark=spark, run_id="b1")
+    msg = str(e.value)
+    assert "pipeline 'cats_a' (kind: dimension)" in msg and f"`table:` in {other.file}" in msg, msg
+    assert rows(owner.table) == {1: "toys", 2: "books"} and DeltaTable(str(owner.table)).version() == version
+    day1 = DAY0 + timedelta(days=1)
+    _write_snapshot(tmp_path / "a" / "snaps", "csv", day1, {1: {"category": "games"}})
+    assert run_refresh(owner, date=str(day1), spark=spark, run_id="a2")["status"] == "succeeded"
+    assert rows(owner.table) == {1: "games"}
+
+    (tmp_path / "c").mkdir()
+    hand = load_pipeline(_pipeline(tmp_path / "c", "cats_c"))
+    write_deltalake(str(hand.table), pa.table({"product_id": pa.array([9], pa.int64()), "category": ["x"]}))
+    _write_snapshot(tmp_path / "c" / "snaps", "csv", DAY0, {4: {"category": "garden"}})
+    with pytest.raises(PipelineStateError) as e:
+        run_refresh(hand, date=str(DAY0), spark=spark, run_id="c1")
+    assert "no owner mark" in str(e.value), e.value
+    assert rows(hand.table) == {9: "x"}

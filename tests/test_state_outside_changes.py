@@ -232,6 +232,19 @@ def test_a_table_another_pipeline_or_a_hand_wrote_is_never_merged_into(spark, tm
     land(owner.landing_path, "c.json", event(16, typ="update", id=2, status="s2c"))
     assert run_pipeline(owner, spark=spark, run_id="r2")["status"] == "succeeded"
     assert rows(orders) == {1: "s1", 2: "s2c", 4: "s4"}
+    # a table both have written (as the old code let happen): named mixed, moved aside to rebuild
+    from deltalake import CommitProperties, Transaction
+
+    from cdc_lake.cdc.owners import check_owners
+
+    write_deltalake(str(owner.tables["customers"].path), pa.table({"id": [6]}), mode="append",
+                    schema_mode="merge", commit_properties=CommitProperties(
+                        app_transactions=[Transaction("cdc-shop_eu-0f", 0)]))
+    with pytest.raises(TableOwnedElsewhere) as e:
+        check_owners(other)
+    msg = str(e.value)
+    assert "also written by this pipeline 'shop_eu'" in msg and ".mixed-" in msg, msg
+    assert f"mv {owner.tables['customers'].path} " in msg and f"mv {orders} " not in msg, msg
 
     # tables made by hand at a third pipeline's paths: refused with rows, or empty with columns
     # this job never writes (the MERGE failed deep in delta-rs, exit 1); taken when empty with

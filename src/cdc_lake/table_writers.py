@@ -13,6 +13,7 @@ Example::
     table_app_ids(Path("/lake/shop/orders"))   # {'cdc-shop-3f2a...'}
     describe_writer("cdc-shop-3f2a")            # "pipeline 'shop' (kind: cdc)"
     holds_rows(Path("/lake/shop/orders"))       # True
+    foreign_writers(Path("/lake/shop/orders"), "cdc", "shop")  # ([], True): only its own
     rebuild_hint(Path("/lake/shop/orders"))     # "rebuild it from its landing history with ..."
 """
 
@@ -88,6 +89,15 @@ def table_app_ids(table: Path) -> set[str]:
         if m and int(m.group(1)) > after:
             _txn_ids_in_json(log / n, found)
     return found
+
+
+def foreign_writers(table: Path, kind: str, pipeline: str) -> tuple[list[str], bool]:
+    """``(app ids of other writers, whether the pipeline's own mark is there too)`` in the log
+    of ``table``, for the owner checks: ``kind``/``pipeline`` name the writer asking."""
+    ids = table_app_ids(table)
+    foreign = sorted(a for a in ids if (m := APP_ID_RE.match(a)) is None
+                     or (m.group(1), m.group(2)) != (kind, pipeline))
+    return foreign, len(foreign) < len(ids)
 
 
 def holds_rows(table: Path) -> bool:

@@ -41,7 +41,7 @@ from cdc_lake.cdc.table_records import VERSIONS_FILE, is_table, recorded_version
 from cdc_lake.checkpoint import TABLES_FILE, written_tables
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.paths import mv_aside
-from cdc_lake.table_writers import APP_ID_RE, describe_writer, holds_rows, table_app_ids
+from cdc_lake.table_writers import describe_writer, foreign_writers, holds_rows
 
 
 class TableOwnedElsewhere(TableStateError):
@@ -49,6 +49,9 @@ class TableOwnedElsewhere(TableStateError):
 
     consequence = ("writing into it would mix two writers' rows (and a full refresh would "
                    "replace the other's), so this run stops and writes nothing")
+
+
+_MIXED = "two pipelines have merged their rows into it"
 
 
 def _recorded(cfg: PipelineConfig) -> set[str]:
@@ -61,11 +64,6 @@ def _recorded(cfg: PipelineConfig) -> set[str]:
             | set(recorded_versions(cfg.checkpoint_path)))
 
 
-def _own(cfg: PipelineConfig, app_id: str) -> bool:
-    m = APP_ID_RE.match(app_id)
-    return m is not None and (m.group(1), m.group(2)) == ("cdc", cfg.name)
-
-
 def owner_problems(cfg: PipelineConfig, tables: Iterable[str] | None = None) -> list[tuple[str, Path, str]]:
     """``(table, path, why)`` for each existing table (or tombstone table) of ``tables`` (default:
     all configured) that is not this pipeline's; [] when all are absent or its own."""
@@ -76,20 +74,18 @@ def owner_problems(cfg: PipelineConfig, tables: Iterable[str] | None = None) -> 
                             ("tombstone table", cfg.tombstone_path(name))):
             if not is_table(path):
                 continue
-            ids = table_app_ids(path)
-            foreign = sorted(a for a in ids if not _own(cfg, a))
+            foreign, mixed = foreign_writers(path, "cdc", cfg.name)
             if foreign:
                 owners = " and ".join(sorted({describe_writer(a) for a in foreign}))
-                mixed = len(foreign) < len(ids)
                 problems.append((name, path, (
                     f"the {label} of {name!r} at {path} belongs to {owners} (Delta app ids "
                     f"{', '.join(repr(a) for a in foreign[:4])})"
-                    + (f" and was also written by this pipeline {cfg.name!r}: two pipelines "
-                       "have merged their rows into it" if mixed else "")
+                    + (f" and was also written by this pipeline {cfg.name!r}: {_MIXED}"
+                       if mixed else "")
                     + ("; if that pipeline is this one under a former name, move the table "
                        "aside and rebuild it under this name with --full-refresh"
                        if not mixed and any(a.startswith("cdc-") for a in foreign) else ""))))
-            elif not ids and str(path) not in recorded:
+            elif not mixed and str(path) not in recorded:
                 unmarked = (f"the {label} of {name!r} at {path} carries no owner mark (no Delta "
                             f"transaction of a cdc-lake job) and this checkpoint's records "
                             f"({cfg.checkpoint_path / TABLES_FILE}, {VERSIONS_FILE}) do not list it")
@@ -123,11 +119,11 @@ def check_owners(cfg: PipelineConfig, tables: Iterable[str] | None = None) -> No
     if not problems:
         return
     names = sorted({n for n, _, _ in problems})
-    paths = [p for _, p, _ in problems]
+    mixed = [p for _, p, why in problems if _MIXED in why]
     keys = ", ".join(f"tables.{n}.path" for n in names)
     raise TableOwnedElsewhere(names, f"pipeline {cfg.name!r} ({cfg.file}): " + "; ".join(
         why for _, _, why in problems), (
-        f"give the table a path of its own ({keys} in {cfg.file}, or a storage.root of its "
-        f"own); a table two pipelines have both written holds mixed rows: after giving each "
-        f"its own path, move it aside (`{' && '.join(mv_aside(p) for p in paths)}`) and rebuild "
-        "each pipeline's table with --full-refresh"))
+        f"give the table a path of its own ({keys} in {cfg.file}, or a storage.root of its own)"
+        + (f"; a table two pipelines have both written holds mixed rows: after giving each its "
+           f"own path, move it aside (`{' && '.join(mv_aside(p, '.mixed') for p in mixed)}`) and "
+           "rebuild each pipeline's table with --full-refresh" if mixed else "")))

@@ -4,7 +4,9 @@ Steps, all under the pipeline lock (``<state>/cdc.lock`` or the ``lock:`` backen
 
 1. the last applied date = the table's Delta transaction version of app id
    ``dimension-<pipeline>`` (the date as ``yyyymmdd``, committed with the data) or, if later,
-   ``<state>/last_applied.json`` (covers a date whose snapshot changed nothing);
+   ``<state>/last_applied.json`` (covers a date whose snapshot changed nothing); an existing
+   table marked by another writer, or unmarked with rows, is not this pipeline's (exit 3,
+   :func:`check_owner`);
 2. a date **older** than that changes nothing (status ``skipped_older_date``, exit 0): a
    backfill of old dates never rolls the dimension back; the **same** date again changes
    nothing (status ``already_applied``): a refresh is idempotent per date;
@@ -135,6 +137,35 @@ def check_table(engine: Engine, cfg: DimensionPipelineConfig, state: dict[str, A
         "first date (SCD1: the newest date alone rebuilds it; docs/dimensions.md, backfill)")
 
 
+def check_owner(cfg: DimensionPipelineConfig, state: dict[str, Any]) -> None:
+    """:class:`~cdc_lake.checkpoint_log.PipelineStateError` when the table exists and is not
+    this pipeline's: marked by another writer (a CDC pipeline, another dimension pipeline: two
+    YAMLs naming one ``table:``, run by hand), or unmarked with rows this pipeline never recorded
+    (made by hand). Its diff would have made the other's table this snapshot, exit 0 (tester)."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.table_writers import describe_writer, foreign_writers, holds_rows
+
+    table = Path(cfg.table)
+    if not (table / "_delta_log").is_dir():
+        return
+    foreign, mine = foreign_writers(table, "dimension", cfg.name)
+    if foreign:
+        why = (f"belongs to {' and '.join(sorted({describe_writer(a) for a in foreign}))} (Delta "
+               f"app ids {', '.join(repr(a) for a in foreign[:4])})"
+               + (f" and was also written by this pipeline {cfg.name!r}: its rows are mixed"
+                  if mine else ""))
+    elif not mine and "delta_version" not in state and holds_rows(table):
+        why = ("holds rows but carries no owner mark (no Delta transaction of a cdc-lake job) and "
+               "no refresh of this pipeline is recorded: made by hand, by another tool, or "
+               "copied without its log")
+    else:
+        return
+    raise PipelineStateError(
+        f"pipeline {cfg.name}: the dimension table {cfg.table} {why}; a refresh would make it this "
+        f"pipeline's snapshot, so nothing was written. Recovery: give `table:` in {cfg.file} a "
+        "path of its own")
+
+
 def _write_state(state: Path, data: dict[str, Any]) -> None:
     state.mkdir(parents=True, exist_ok=True)
     f = state / STATE_FILE
@@ -205,6 +236,7 @@ def _refresh(spark: SparkSession, engine: Engine, cfg: DimensionPipelineConfig, 
     claim_checkpoint(cfg.checkpoint_path, cfg.name, "dimension", cfg.file)  # another's: exit 3
     state = read_state(cfg.checkpoint_path)
     check_table(engine, cfg, state)
+    check_owner(cfg, state)  # another pipeline's table (or a hand-made one): exit 3
     before = last_applied(engine, cfg)
     summary["last_applied_before"] = version_date(before)
     want = date_version(date)

@@ -56,7 +56,7 @@ from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.paths import mv_aside, q
 from cdc_lake.table_marks import changed_behind, checkpoint_bypass, commit_fingerprint
-from cdc_lake.table_writers import APP_ID_RE, describe_writer, holds_rows, table_app_ids
+from cdc_lake.table_writers import describe_writer, foreign_writers, holds_rows
 
 VERSIONS_FILE = "enrich_table_versions.json"
 DEFINITIONS_FILE = "enrich_definitions.json"
@@ -402,18 +402,15 @@ def check_owners(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> list[tup
     for key, path in outputs:
         if not (path / "_delta_log").is_dir():
             continue
-        ids = table_app_ids(path)
-        foreign = sorted(a for a in ids if (m := APP_ID_RE.match(a)) is None
-                         or (m.group(1), m.group(2)) != ("enrich", cfg.name))
+        foreign, mine = foreign_writers(path, "enrich", cfg.name)
         if foreign:
             owners = sorted({describe_writer(a) for a in foreign})
-            mine = len(foreign) < len(ids)
             problems.append((key, (
                 f"the Delta table {path} belongs to {' and '.join(owners)}"
                 + (f" and was also written by this pipeline {cfg.name!r}: two pipelines have "
                    "merged their rows into it" if mine else "")
                 + f" (Delta app ids {', '.join(foreign[:4])}), not to this pipeline {cfg.name!r}")))
-        elif not ids and str(path) not in recorded and holds_rows(path):
+        elif not mine and str(path) not in recorded and holds_rows(path):
             problems.append((key, (
                 f"the Delta table {path} holds rows but carries no owner mark (no "
                 f"Delta transaction of a cdc-lake job) and this pipeline's records "
