@@ -594,8 +594,9 @@ def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_p
     off, exit 0: tester L for the CDC job; this source read them the same way); it stored
     ``9999-12-31T23:30:00-01:00`` as the year 10000 and wrapped a too large epoch number to
     1969; an event without its time was enriched with a null one; a decimal was rounded to the
-    column's scale (``1.234`` -> ``1.23``) and a date-time in a ``date`` column lost its time.
-    Truth: instants computed here with fixed offsets, decimals with ``Decimal``; a value Spark
+    column's scale (``1.234`` -> ``1.23``) and a date-time in a ``date`` column lost its time; a
+    column named twice in a line kept the last value, one named only in another case (``Qty``)
+    was stored null. Truth: instants computed here with fixed offsets, decimals with ``Decimal``; a value Spark
     would change, or a missing time, is quarantined with its reason, and its id does not drop
     the correct event of that id after it."""
     from cdc_lake.enrich.job import run_enrich
@@ -621,7 +622,12 @@ def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_p
              "d4": {"price": "7.10"}, "d5": {"day": "2026-11-01T10:00:00"},
              "d6": {"seen_at": "2026-11-01 01:30:00 PST"}, "d7": {"seen_at": 1793500000}}
     lines += [{"event_id": i, **base, "event_ts": t0, **v} for i, v in other.items()]
-    (landing / "a.json").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    # a column named twice (Spark's reader kept the last value) or only in another case (stored
+    # null): each is the line's own text in the quarantine
+    named = ['{"event_id": "n1", "product_id": 1, "qty": 1, "qty": 500, "price": "1.50", "event_ts": "%s"}' % t0,
+             '{"event_id": "n2", "product_id": 1, "Qty": 9, "price": "1.50", "event_ts": "%s"}' % t0,
+             '{"event_id": "n3", "product_id": 1, "qty": 1, "event_ts": "%s", "event_ts": "2026-11-05T10:00:00Z"}' % t0]
+    (landing / "a.json").write_text("".join(json.dumps(e) + "\n" for e in lines) + "\n".join(named) + "\n")
     cfg = clicks_on_events(lake, EVENT_COLUMNS + ', price: "numeric(10, 2)", day: date, seen_at: timestamp')
     s = run_enrich(cfg, spark=spark, run_id="r1")
     utc = timezone.utc
@@ -641,13 +647,18 @@ def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_p
                    for i, t in want.items()}
     q = {json.loads(r)["event_id"]: (json.loads(r), why)
          for r, why in lake.rows("gold/_quarantine", "raw_line", "reason")}
-    assert s["quarantined"] == len(q) == 11, q
+    assert s["quarantined"] == len(q) == 14, q
     for i in ("z1", "z2", "z3"):
         assert "names a time zone" in q[i][1] and "+08:00" in q[i][1], q[i]
     for i in ("r1", "r2"):
         assert "is not an event time" in q[i][1], q[i]
-    for i in ("m1", "m2"):
-        assert "event time event_ts is missing or null" in q[i][1], q[i]
+    assert "event time event_ts is missing or null" in q["m1"][1], q["m1"]
+    assert "field(s) Event_TS match a column of fact.events.schema only in another case" in q["m2"][1], q["m2"]
+    raw = {json.loads(r)["event_id"]: r for r, _ in lake.rows("gold/_quarantine", "raw_line", "reason")}
+    for i, field, why in (("n1", "qty", "more than once"), ("n2", "Qty", "only in another case"),
+                          ("n3", "event_ts", "more than once")):
+        assert q[i][1].startswith(f"field(s) {field} ") and why in q[i][1], q[i]
+        assert raw[i] == named[int(i[1]) - 1], raw[i]
     assert 'column price "1.234" is not a decimal(10,2) value exactly' in q["d1"][1], q["d1"]
     assert 'column price "1.235" is not a decimal(10,2) value exactly' in q["d2"][1], q["d2"]
     assert 'column day "2026-11-01T10:00:00" is not a date' in q["d5"][1], q["d5"]
@@ -655,7 +666,7 @@ def test_event_values_spark_would_change_are_quarantined_not_stored(spark, tmp_p
     # raw_line: the schema's columns, the checked values as sent (as text)
     assert {i: q[i][0].get("event_ts") for i in q} == {
         **{i: None if t is None else str(t) for i, t in sent[1:4] + sent[8:11]}, "m2": None,
-        **{i: t0 for i in ("d1", "d2", "d5", "d6")}}
+        **{i: t0 for i in ("d1", "d2", "d5", "d6")}, "n1": t0, "n2": t0, "n3": "2026-11-05T10:00:00Z"}
     assert (q["d1"][0]["price"], q["d2"][0]["price"], q["d5"][0]["day"]) == ("1.234", "1.235", "2026-11-01T10:00:00")
     assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 10, 10)]
 

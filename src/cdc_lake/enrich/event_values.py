@@ -20,10 +20,18 @@ The other types keep Spark's reading (a value it cannot read marks the line corr
 with the line's own text). Text, not ``variant``: typing variants cost about five times the
 read of a 200k-event batch (``schema_of_variant`` per value), text about as much as the read.
 
+The lines are read as text and parsed by ``from_json`` (:func:`parse_lines`) rather than by
+Spark's JSON file reader, so that the job sees each line's field names: a line naming a
+field twice (``{"qty": 1, "qty": 500}``: the reader kept 500; also ``qty`` and ``QTY``) or a
+schema column only in another case (``"Qty"`` for ``qty``: stored as null) was stored changed,
+exit 0; it is now quarantined with its own text. Only the top-level names are checked (a struct
+column's inner names are not); a field named twice is refused even when the schema does not
+list it (the line is ambiguous JSON).
+
 Example::
 
-    df = with_checked_values(spark.read.schema(read_ddl(ev))
-                             .option("columnNameOfCorruptRecord", CORRUPT).json(path), ev)
+    lines = spark.read.text(path).select("value", F.col("_metadata.file_path").alias(SOURCE_FILE))
+    df = with_checked_values(parse_lines(lines, ev), ev)
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdc_lake.enrich.columns import CORRUPT
+from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
 from cdc_lake.enrich.config import EventSource
+
+LINE = "__event_line"  # the line as read (parse_lines), until with_checked_values
 
 _TIMESTAMPS = ("timestamp", "timestamp_ltz")
 _KEPT = "(the line is kept as raw_line)"
@@ -106,19 +116,75 @@ def typed_value(text: Column, t: str) -> Column:
     return F.when(same, v).cast(t)
 
 
+def parse_lines(lines: DataFrame, ev: EventSource) -> DataFrame:
+    """Lines of the events files (Spark's ``text`` source: ``value``, plus
+    :data:`~cdc_lake.enrich.columns.SOURCE_FILE`) read into :func:`read_ddl` as Spark's JSON
+    reader reads them (``from_json`` in its permissive mode: a line it cannot read keeps its text
+    in :data:`~cdc_lake.enrich.columns.CORRUPT`; blank lines skipped), with the line itself in
+    :data:`LINE` for :func:`with_checked_values`. A line holding a JSON array is corrupt (the
+    JSON reader made one event of each element)."""
+    text = F.col("value")
+    return (lines.where(~text.rlike(r"^\s*$"))
+            .select(F.from_json(text, read_ddl(ev), {"columnNameOfCorruptRecord": CORRUPT})
+                    .alias("__event"), text.alias(LINE), SOURCE_FILE)
+            .select("__event.*", LINE, SOURCE_FILE))
+
+
+_SEP = "\u0001"  # joins a line's field names to lower-case them at once (no name holds it)
+_KEYS, _LOWERED = "__event_keys", "__event_keys_lower"
+
+
+def _misnamed(keys: Column, lowered: Column, ev: EventSource) -> Column:
+    """Whether a JSON object with the field names ``keys`` (``json_object_keys``; ``lowered``:
+    the same in lower case) names a field twice (in any case: ``qty`` and ``QTY`` are one column
+    for Spark; its reader kept the last value) or a column of ``fact.events.schema`` only in
+    another case (JSON names are case-sensitive: the column was stored null); false when the line
+    is not a JSON object. Array functions only (no lambdas: those run interpreted, 10x the cost
+    of the whole read)."""
+    exact = F.array(*[F.lit(c) for c in ev.schema])
+    lower = F.array(*[F.lit(c.lower()) for c in ev.schema])
+    twice = F.size(F.array_distinct(lowered)) != F.size(keys)
+    other_case = F.size(F.array_intersect(lowered, lower)) != F.size(F.array_intersect(keys, exact))
+    return F.coalesce(twice | other_case, F.lit(False))
+
+
+def _names(line: Column, ev: EventSource) -> tuple[Column, Column]:
+    """For the reason of a line :func:`_misnamed` refused: its fields named more than once (in
+    any case), and those naming a column of ``fact.events.schema`` only in another case."""
+    lower = F.array(*[F.lit(c.lower()) for c in ev.schema])
+    exact = F.array(*[F.lit(c) for c in ev.schema])
+    keys = F.json_object_keys(line)
+    twice = F.array_distinct(F.filter(keys, lambda k: F.size(
+        F.filter(keys, lambda x: F.lower(x) == F.lower(k))) > 1))
+    other_case = F.filter(keys, lambda k: F.array_contains(lower, F.lower(k))
+                          & ~F.array_contains(exact, k))
+    return twice, other_case
+
+
 def with_checked_values(df: DataFrame, ev: EventSource) -> DataFrame:
-    """The events read with :func:`read_ddl`, their checked columns typed by
+    """The events read by :func:`parse_lines`, their checked columns typed by
     :func:`typed_value`; an event with a value sent but not taken, or without its time, is
     marked corrupt (:data:`~cdc_lake.enrich.columns.CORRUPT`: kept apart from the dedup, so its
     id does not drop the correct event of that id, and quarantined), its line the schema's
     columns as JSON with the checked values as text (a line Spark could not read keeps its own
-    text)."""
-    typed = {c: typed_value(_c(c), t) for c, t in checked_columns(ev).items()}
-    refused = reduce(lambda a, b: a | b, [_c(c).isNotNull() & v.isNull() for c, v in typed.items()],
-                     typed[ev.time].isNull())
+    text). A line naming a field twice or a column only in another case (:func:`_misnamed`) is
+    corrupt with its own text."""
+    # Each value typed once, and the names listed once, in projections of their own: inside the
+    # corrupt column's coalesce Spark evaluates a repeated expression once per use (a line's
+    # names were parsed four times: the whole run 7 s slower at 200k events).
+    checked = checked_columns(ev)
+    typed = {f"__typed_{i}": typed_value(_c(c), t) for i, (c, t) in enumerate(checked.items())}
+    names = dict(zip(checked, typed))
+    df = (df.withColumns({**typed, _KEYS: F.json_object_keys(_c(LINE))})
+          .withColumn(_LOWERED, F.split(F.lower(F.array_join(_c(_KEYS), _SEP)), _SEP)))
+    refused = reduce(lambda a, b: a | b, [_c(c).isNotNull() & _c(v).isNull() for c, v in names.items()],
+                     _c(names[ev.time]).isNull())
+    misnamed = _misnamed(_c(_KEYS), _c(_LOWERED), ev)
     line = F.to_json(F.struct(*[_c(c) for c in ev.schema]))
-    return (df.withColumn(CORRUPT, F.coalesce(_c(CORRUPT), F.when(refused, line)))
-            .withColumns(typed))
+    return (df.withColumn(CORRUPT, F.coalesce(_c(CORRUPT), F.when(misnamed, _c(LINE)),
+                                              F.when(refused, line)))
+            .withColumns({c: _c(v) for c, v in names.items()})
+            .drop(LINE, _KEYS, _LOWERED, *typed))
 
 
 def corrupt_reason(ev: EventSource) -> Column:
@@ -131,7 +197,16 @@ def corrupt_reason(ev: EventSource) -> Column:
 
     checked = checked_columns(ev)
     parsed = F.from_json(_c(CORRUPT), StructType([StructField(c, StringType()) for c in checked]))
-    whys = []
+    twice, other_case = _names(_c(CORRUPT), ev)
+    whys = [F.when(F.size(twice) > 0, F.concat(
+                F.lit("field(s) "), F.array_join(twice, ", "), F.lit(
+                    " name one field more than once (in one or more cases; Spark takes names in "
+                    "any case for one column): JSON names must be unique, and Spark's reader "
+                    f"would keep the last value {_KEPT}"))),
+            F.when(F.size(other_case) > 0, F.concat(
+                F.lit("field(s) "), F.array_join(other_case, ", "), F.lit(
+                    " match a column of fact.events.schema only in another case: JSON names are "
+                    f"case-sensitive, so the value would be stored as null {_KEPT}")))]
     for c, t in checked.items():
         text = parsed[c]
         label = F.concat(F.lit(f"event time {c} \"" if c == ev.time else f"column {c} \""), text,

@@ -2,9 +2,10 @@
 
 * ``change_feed``: the Delta change feed (:mod:`cdc_lake.sources.change_feed`), from the version
   a ``--reprocess`` snapshot left in ``<checkpoint>/enrich_start.json`` (:func:`start_version`);
-* ``events``: an append-only JSON folder, read into ``fact.events.schema`` with Spark's
-  corrupt-record column (:data:`~cdc_lake.enrich.columns.CORRUPT`: a malformed line keeps its
-  text for the quarantine), the event time and the decimal, date and timestamp columns read as
+* ``events``: an append-only JSON-lines folder, read as text and parsed into
+  ``fact.events.schema`` as Spark's JSON reader does, with its corrupt-record column
+  (:data:`~cdc_lake.enrich.columns.CORRUPT`: a malformed line, or one naming a column twice or
+  in another case, keeps its text for the quarantine), the event time and the decimal, date and timestamp columns read as
   sent and typed by the job (:mod:`cdc_lake.enrich.event_values`), and deduplicated by the
   event id within the watermark, every event without an id kept apart (:func:`_dedupe_events`).
 
@@ -26,7 +27,7 @@ from cdc_lake.config import FILE_SOURCE_MAX_AGE
 from cdc_lake.engines import Engine
 from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
 from cdc_lake.enrich.config import EnrichConfig
-from cdc_lake.enrich.event_values import read_ddl, with_checked_values
+from cdc_lake.enrich.event_values import parse_lines, with_checked_values
 
 START_FILE = "enrich_start.json"
 
@@ -92,10 +93,9 @@ def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
     files = existing(files)
     if not files:
         return None
-    df = with_checked_values(
-        spark.read.schema(read_ddl(ev)).option("columnNameOfCorruptRecord", CORRUPT)
-        .json([_hadoop_path(u) for u in files])
-        .select("*", F.col("_metadata.file_path").alias(SOURCE_FILE)), ev)
+    lines = (spark.read.text([_hadoop_path(u) for u in files])
+             .select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)))
+    df = with_checked_values(parse_lines(lines, ev), ev)
     late = (F.col(f"`{ev.id}`").isNotNull() & F.col(f"`{CORRUPT}`").isNull()
             & (F.col(f"`{ev.time}`") <= F.timestamp_millis(F.lit(wm))))
     return df.where(late), wm
@@ -118,12 +118,11 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery
     if f.kind == "events":
         ev = f.events
         assert ev is not None
-        df = (spark.readStream.schema(read_ddl(ev))
-              .option("columnNameOfCorruptRecord", CORRUPT)
-              .option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
-              .option("maxFileAge", FILE_SOURCE_MAX_AGE).json(str(ev.path))
-              .select("*", F.col("_metadata.file_path").alias(SOURCE_FILE)))  # for the quarantine
-        df = with_checked_values(df, ev)
+        # text, parsed by the job: it sees each line's field names (event_values.parse_lines)
+        lines = (spark.readStream.option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
+                 .option("maxFileAge", FILE_SOURCE_MAX_AGE).text(str(ev.path))
+                 .select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)))  # quarantine
+        df = with_checked_values(parse_lines(lines, ev), ev)
         return _dedupe_events(df, ev.id, ev.time, ev.watermark, ev.schema.get(ev.id, ""))
     from cdc_lake.sources.change_feed import read_change_feed
 
