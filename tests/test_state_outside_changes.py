@@ -189,7 +189,8 @@ def test_a_table_another_pipeline_or_a_hand_wrote_is_never_merged_into(spark, tm
     the second pipeline's first run merged its rows into the first's table with exit 0 (the
     first's next run stopped only afterwards). Now every run checks the owner marks of the
     tables it would write (``cdc_lake.cdc.owners``): the second pipeline stops with exit 3 and
-    writes nothing, its full refresh replaces nothing, and the owner goes on. The owner's own
+    writes nothing, its full refresh replaces nothing, its maintenance leaves the tables alone,
+    and the owner goes on. The owner's own
     mark under a new checkpoint instance (the reset) passes, also when only a full refresh wrote
     the table; an unmarked table holding rows is refused, an empty one is taken."""
     import shutil
@@ -221,6 +222,15 @@ def test_a_table_another_pipeline_or_a_hand_wrote_is_never_merged_into(spark, tm
     assert "tables.orders.path" in last and "tables.customers.path" in last, last
     with pytest.raises(TableOwnedElsewhere):
         run_pipeline(other, spark=spark, run_id="eu2", tables=["orders"], full_refresh=True)
+    # nor does its maintenance compact or VACUUM the owner's tables (the shared quarantine: yes)
+    from cdc_lake.maintenance import MaintenanceSettings, run_maintenance
+
+    report = run_maintenance(other, settings=MaintenanceSettings(vacuum_retention_hours=0),
+                             pipelines=[other])
+    t = report["tables"]
+    assert t["orders"]["status"] == t["customers"]["status"] == "owned_elsewhere", t
+    assert "pipeline 'shop' (kind: cdc)" in t["orders"]["error"] and "orders" in report["failed"], t
+    assert t["_quarantine"]["status"] in ("ok", "absent"), t
     assert rows(orders) == truth
     assert __import__("deltalake").DeltaTable(str(orders)).version() == version
 

@@ -41,7 +41,9 @@ post-commit log cleanup.
 **Damaged tables.** Before touching a table, maintenance checks it against the pipeline's record of
 the versions its runs left (an unreadable record stops it: exit 3, nothing maintained), that
 every data file of its snapshot is on disk, and that a table a run wrote still exists (each:
-``status`` ``changed_behind`` / ``missing_file`` / ``missing_table``, exit 3, not maintained).
+``status`` ``changed_behind`` / ``missing_file`` / ``missing_table``, exit 3, not maintained),
+and that no other pipeline's owner mark is in its log (``owned_elsewhere``: two YAMLs naming one
+table path, run by hand; the pipelines' shared quarantine and DDL log excepted).
 Every table is maintained on its own: a table whose Delta log cannot be read
 (a truncated or garbled ``_delta_log`` file) is reported by name and path with delta-rs's error
 and the recovery the pipeline's own job prints for that state, and the other tables are still
@@ -71,8 +73,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdc_lake.pipeline_tables import (changed_behind_run, damaged_recovery, pipeline_tables,
-                                     recorded_marks)
+from cdc_lake.pipeline_tables import (changed_behind_run, damaged_recovery, owned_elsewhere,
+                                     pipeline_tables, recorded_marks)
 from cdc_lake.retention import (expired_change_files, expired_log_versions, lagging_readers,
                                 log_hold, log_retention_seconds, pinned_readers, remove_files,
                                 vacuum_retention_hours)
@@ -83,7 +85,7 @@ if TYPE_CHECKING:  # deltalake is imported where tables are touched: config/DAG 
 
 MAINTENANCE_SUMMARY_PREFIX = "CDC_MAINTENANCE_SUMMARY "
 EXIT_CONFIG, EXIT_LOCKED, EXIT_FAILED, EXIT_NEEDS_RECOVERY = 2, 75, 1, 3
-NEEDS_RECOVERY = ("damaged", "changed_behind", "missing_file", "missing_table")
+NEEDS_RECOVERY = ("damaged", "changed_behind", "missing_file", "missing_table", "owned_elsewhere")
 
 
 @dataclass(frozen=True)
@@ -272,9 +274,11 @@ def run_maintenance(cfg: Any, *, settings: MaintenanceSettings | None = None, dr
         for name, path in sorted(pipeline_tables(cfg).items()):
             try:
                 why = changed_behind_run(cfg, path, marks)
+                other = None if why else owned_elsewhere(cfg, name, path)
                 readers = [*lagging_readers(path, pipelines), *pinned_readers(path, pipelines),
                            *[(h, -1) for h in held]]
                 t = ({"path": str(path), "status": "changed_behind", "error": why} if why
+                     else {"path": str(path), "status": "owned_elsewhere", "error": other} if other
                      else maintain_table(path, settings, readers=readers, dry_run=dry_run))
             except (KeyboardInterrupt, SystemExit):
                 raise
@@ -350,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                     "changed_behind": "NEEDS RECOVERY: not maintained, changed behind the pipeline",
                     "missing_file": "NEEDS RECOVERY: not maintained, a data file is gone",
                     "missing_table": "NEEDS RECOVERY: the table is gone",
+                    "owned_elsewhere": "NEEDS RECOVERY: not maintained, another pipeline's table",
                     }.get(t["status"], "FAILED")
             print(f"[maintenance] {name:<28} {what} ({t['path']}): {t['error']}"
                   + (f". Recovery: {t['recovery']}" if t.get("recovery") else ""), file=sys.stderr)
@@ -371,13 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     damaged = [n for n in report["failed"] if report["tables"][n]["status"] == "damaged"]
     changed = [n for n in report["failed"] if report["tables"][n]["status"] == "changed_behind"]
     gone = [n for n in report["failed"] if report["tables"][n]["status"] in ("missing_file", "missing_table")]
-    if damaged or changed or gone:
+    others = [n for n in report["failed"] if report["tables"][n]["status"] == "owned_elsewhere"]
+    if damaged or changed or gone or others:
         what = "; ".join(([f"the Delta log of {', '.join(map(repr, damaged))} cannot be read"]
                           if damaged else [])
                          + ([f"{', '.join(map(repr, changed))} changed behind it (not maintained)"]
                             if changed else [])
                          + ([f"{', '.join(map(repr, gone))} lost a data file or the table (not maintained)"]
-                            if gone else []))
+                            if gone else [])
+                         + ([f"{', '.join(map(repr, others))} another pipeline's (not maintained)"]
+                            if others else []))
         print(f"[maintenance] NEEDS RECOVERY: pipeline {report['pipeline']!r}: {what} (recovery "
               "above); the other tables were maintained", file=sys.stderr)
         return EXIT_NEEDS_RECOVERY

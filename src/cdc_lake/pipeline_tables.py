@@ -5,7 +5,8 @@
 * :func:`recorded_marks` — the version (and commit fingerprint) the pipeline's last run left
   each table at, from the kind's own record (an unreadable record raises: exit 3);
 * :func:`changed_behind_run` — why a table must not be maintained (it lost commits of the
-  pipeline's, or another writer changed its rows since);
+  pipeline's, or another writer changed its rows since); :func:`owned_elsewhere` — nor one
+  another pipeline writes;
 * :func:`damaged_recovery` — the recovery the kind's own job prints for a damaged table.
 
 Example::
@@ -80,6 +81,30 @@ def changed_behind_run(cfg: Any, path: Path, marks: dict[str, tuple[int, str | N
     return changed_behind(path, mark[0], mark[1], app_prefix=prefix)
 
 
+# Tables several pipelines share by design (their rows carry the pipeline's name).
+_SHARED = {"cdc": ("_quarantine", "_ddl_log"), "enrich": ("quarantine",)}
+
+
+def owned_elsewhere(cfg: Any, name: str, path: Path) -> str | None:
+    """Why a table must not be maintained by this pipeline: its Delta log carries another
+    writer's owner mark (:mod:`cdc_lake.table_writers`): two YAMLs naming one table path, run
+    by hand. Maintenance would compact and VACUUM the other's table with this pipeline's
+    settings and readers (its own jobs refuse to write there)."""
+    from cdc_lake.table_writers import describe_writer, foreign_writers
+
+    kind = getattr(cfg, "kind", "cdc")
+    if name in _SHARED.get(kind, ()) or not (Path(path) / "_delta_log").is_dir():
+        return None
+    foreign, mine = foreign_writers(Path(path), kind, cfg.name)
+    if not foreign:
+        return None
+    owners = " and ".join(sorted({describe_writer(a) for a in foreign}))
+    return (f"its Delta log carries the owner mark of {owners} (Delta app ids "
+            f"{', '.join(repr(a) for a in foreign[:4])})"
+            + (f" besides this pipeline's ({cfg.name!r}): two pipelines have written into it"
+               if mine else f", not of this pipeline ({cfg.name!r})"))
+
+
 def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -> str:
     """What to do about table ``name`` of ``cfg`` whose Delta log cannot be read (or, ``status``
     ``changed_behind``, that changed behind the pipeline): the recovery the pipeline's own job
@@ -93,6 +118,10 @@ def damaged_recovery(cfg: Any, name: str, path: Path, status: str = "damaged") -
                 "touch this table); else ")
     aside = f"`{mv_aside(path)}`"
     kind = getattr(cfg, "kind", "cdc")
+    if status == "owned_elsewhere":  # nothing of this pipeline's to restore
+        return (f"give the table a path of its own in {cfg.file} (each pipeline maintains only "
+                "its own tables); a table two pipelines have both written holds mixed rows: "
+                "move it aside and rebuild each pipeline's table")
     if status == "missing_table" and kind == "cdc":  # nothing there to move aside (tester)
         from cdc_lake.cdc.state import refresh_command
 
