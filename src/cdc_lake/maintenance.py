@@ -65,7 +65,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -345,56 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineStateError as e:  # its record of the tables' versions cannot be read
         print(f"[maintenance] NEEDS RECOVERY: nothing maintained: {e}", file=sys.stderr)
         return EXIT_NEEDS_RECOVERY
-    for h in report["held_by_unloadable"]:
-        print(f"[maintenance] WARNING: VACUUM and log cleanup of every table held back: {h}; it "
-              "may read these tables' history", file=sys.stderr)
-    for name, t in report["tables"].items():
-        if t["status"] in (*NEEDS_RECOVERY, "failed"):
-            what = {"damaged": "NEEDS RECOVERY: its Delta log cannot be read",
-                    "changed_behind": "NEEDS RECOVERY: not maintained, changed behind the pipeline",
-                    "missing_file": "NEEDS RECOVERY: not maintained, a data file is gone",
-                    "missing_table": "NEEDS RECOVERY: the table is gone",
-                    "owned_elsewhere": "NEEDS RECOVERY: not maintained, another pipeline's table",
-                    }.get(t["status"], "FAILED")
-            print(f"[maintenance] {name:<28} {what} ({t['path']}): {t['error']}"
-                  + (f". Recovery: {t['recovery']}" if t.get("recovery") else ""), file=sys.stderr)
-            continue
-        if t["status"] != "ok":
-            print(f"[maintenance] {name:<28} {t['status']}")
-            continue
-        vac = t.get("vacuum", {})
-        line = (f"[maintenance] {name:<28} files {t['files_before']} -> {t['files_after']}, "
-                f"bytes {t['bytes_before']} -> {t['bytes_after']}, vacuumed "
-                f"{vac.get('files_removed', vac.get('would_remove', 0))} + "
-                f"{vac.get('change_files_removed', vac.get('change_files_would_remove', 0))} "
-                f"change-data (retention "
-                f"{vac.get('retention_hours')} h{', held by ' + vac['held_back_by'] if vac.get('held_back_by') else ''})")
-        if t.get("log_cleanup", {}).get("skipped"):
-            line += f"; {t['log_cleanup']['reason']}"
-        print(line)
-    print(MAINTENANCE_SUMMARY_PREFIX + json.dumps(report, default=str), flush=True)
-    damaged = [n for n in report["failed"] if report["tables"][n]["status"] == "damaged"]
-    changed = [n for n in report["failed"] if report["tables"][n]["status"] == "changed_behind"]
-    gone = [n for n in report["failed"] if report["tables"][n]["status"] in ("missing_file", "missing_table")]
-    others = [n for n in report["failed"] if report["tables"][n]["status"] == "owned_elsewhere"]
-    if damaged or changed or gone or others:
-        what = "; ".join(([f"the Delta log of {', '.join(map(repr, damaged))} cannot be read"]
-                          if damaged else [])
-                         + ([f"{', '.join(map(repr, changed))} changed behind it (not maintained)"]
-                            if changed else [])
-                         + ([f"{', '.join(map(repr, gone))} lost a data file or the table (not maintained)"]
-                            if gone else [])
-                         + ([f"{', '.join(map(repr, others))} another pipeline's (not maintained)"]
-                            if others else []))
-        print(f"[maintenance] NEEDS RECOVERY: pipeline {report['pipeline']!r}: {what} (recovery "
-              "above); the other tables were maintained", file=sys.stderr)
-        return EXIT_NEEDS_RECOVERY
-    if report["failed"]:
-        print(f"[maintenance] FAILED: pipeline {report['pipeline']!r}: "
-              f"{', '.join(map(repr, report['failed']))} (errors above); the other tables were "
-              "maintained", file=sys.stderr)
-        return EXIT_FAILED
-    return 0
+    from cdc_lake.maintenance_report import print_report
+
+    return print_report(report)
 
 
 if __name__ == "__main__":
