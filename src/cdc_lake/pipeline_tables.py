@@ -90,7 +90,7 @@ def owned_elsewhere(cfg: Any, name: str, path: Path) -> str | None:
     writer's owner mark (:mod:`cdc_lake.table_writers`): two YAMLs naming one table path, run
     by hand. Maintenance would compact and VACUUM the other's table with this pipeline's
     settings and readers (its own jobs refuse to write there)."""
-    from cdc_lake.table_writers import describe_writer, foreign_writers
+    from cdc_lake.table_writers import describe_writers, foreign_writers
 
     kind = getattr(cfg, "kind", "cdc")
     if name in _SHARED.get(kind, ()) or not (Path(path) / "_delta_log").is_dir():
@@ -98,9 +98,7 @@ def owned_elsewhere(cfg: Any, name: str, path: Path) -> str | None:
     foreign, mine = foreign_writers(Path(path), kind, cfg.name)
     if not foreign:
         return None
-    owners = " and ".join(sorted({describe_writer(a) for a in foreign}))
-    return (f"its Delta log carries the owner mark of {owners} (Delta app ids "
-            f"{', '.join(repr(a) for a in foreign[:4])})"
+    return (f"its Delta log carries the owner mark of {describe_writers(foreign)}"
             + (f" besides this pipeline's ({cfg.name!r}): two pipelines have written into it"
                if mine else f", not of this pipeline ({cfg.name!r})"))
 

@@ -100,6 +100,13 @@ def foreign_writers(table: Path, kind: str, pipeline: str) -> tuple[list[str], b
     return foreign, len(foreign) < len(ids)
 
 
+def describe_writers(app_ids: list[str]) -> str:
+    """The writers behind ``app_ids`` for a message: ``pipeline 'shop' (kind: cdc) (Delta app
+    ids 'cdc-shop-3f2a')`` (at most four ids shown)."""
+    owners = " and ".join(sorted({describe_writer(a) for a in app_ids}))
+    return f"{owners} (Delta app ids {', '.join(repr(a) for a in app_ids[:4])})"
+
+
 def holds_rows(table: Path) -> bool:
     """Whether the Delta table at ``table`` references any data file (unreadable: assume so)."""
     from deltalake import DeltaTable

@@ -41,7 +41,7 @@ from cdc_lake.cdc.table_records import VERSIONS_FILE, is_table, recorded_version
 from cdc_lake.checkpoint import TABLES_FILE, written_tables
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.paths import mv_aside
-from cdc_lake.table_writers import describe_writer, foreign_writers, holds_rows
+from cdc_lake.table_writers import describe_writers, foreign_writers, holds_rows
 
 
 class TableOwnedElsewhere(TableStateError):
@@ -76,10 +76,8 @@ def owner_problems(cfg: PipelineConfig, tables: Iterable[str] | None = None) -> 
                 continue
             foreign, mixed = foreign_writers(path, "cdc", cfg.name)
             if foreign:
-                owners = " and ".join(sorted({describe_writer(a) for a in foreign}))
                 problems.append((name, path, (
-                    f"the {label} of {name!r} at {path} belongs to {owners} (Delta app ids "
-                    f"{', '.join(repr(a) for a in foreign[:4])})"
+                    f"the {label} of {name!r} at {path} belongs to {describe_writers(foreign)}"
                     + (f" and was also written by this pipeline {cfg.name!r}: {_MIXED}"
                        if mixed else "")
                     + ("; if that pipeline is this one under a former name, move the table "

@@ -143,15 +143,14 @@ def check_owner(cfg: DimensionPipelineConfig, state: dict[str, Any]) -> None:
     YAMLs naming one ``table:``, run by hand), or unmarked with rows this pipeline never recorded
     (made by hand). Its diff would have made the other's table this snapshot, exit 0 (tester)."""
     from cdc_lake.checkpoint_log import PipelineStateError
-    from cdc_lake.table_writers import describe_writer, foreign_writers, holds_rows
+    from cdc_lake.table_writers import describe_writers, foreign_writers, holds_rows
 
     table = Path(cfg.table)
     if not (table / "_delta_log").is_dir():
         return
     foreign, mine = foreign_writers(table, "dimension", cfg.name)
     if foreign:
-        why = (f"belongs to {' and '.join(sorted({describe_writer(a) for a in foreign}))} (Delta "
-               f"app ids {', '.join(repr(a) for a in foreign[:4])})"
+        why = (f"belongs to {describe_writers(foreign)}"
                + (f" and was also written by this pipeline {cfg.name!r}: its rows are mixed"
                   if mine else ""))
     elif not mine and "delta_version" not in state and holds_rows(table):

@@ -56,7 +56,7 @@ from cdc_lake.config import ConfigError
 from cdc_lake.enrich.config import EnrichConfig
 from cdc_lake.paths import mv_aside, q
 from cdc_lake.table_marks import changed_behind, checkpoint_bypass, commit_fingerprint
-from cdc_lake.table_writers import describe_writer, foreign_writers, holds_rows
+from cdc_lake.table_writers import describe_writers, foreign_writers, holds_rows
 
 VERSIONS_FILE = "enrich_table_versions.json"
 DEFINITIONS_FILE = "enrich_definitions.json"
@@ -404,12 +404,11 @@ def check_owners(cfg: EnrichConfig, outputs: list[tuple[str, Path]]) -> list[tup
             continue
         foreign, mine = foreign_writers(path, "enrich", cfg.name)
         if foreign:
-            owners = sorted({describe_writer(a) for a in foreign})
             problems.append((key, (
-                f"the Delta table {path} belongs to {' and '.join(owners)}"
+                f"the Delta table {path} belongs to {describe_writers(foreign)}"
                 + (f" and was also written by this pipeline {cfg.name!r}: two pipelines have "
                    "merged their rows into it" if mine else "")
-                + f" (Delta app ids {', '.join(foreign[:4])}), not to this pipeline {cfg.name!r}")))
+                + f", not to this pipeline {cfg.name!r}")))
         elif not mine and str(path) not in recorded and holds_rows(path):
             problems.append((key, (
                 f"the Delta table {path} holds rows but carries no owner mark (no "
