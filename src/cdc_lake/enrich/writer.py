@@ -47,6 +47,7 @@ from cdc_lake.enrich.rejoin import label as rejoin_label
 from cdc_lake.enrich.rejoin import record_join
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 from cdc_lake.enrich.table_types import as_types, fit_table
+from cdc_lake.pinned import pin, release
 from cdc_lake.sources.landing_files import (LandedFileMissing, check_batch_files_present,
                                             explain_read_failure, rerun_command)
 
@@ -192,7 +193,7 @@ class EnrichBatch:
             raise
         finally:
             for df in cached:
-                df.unpersist()
+                release(df)
         self.stats.batch_ids.append(batch_id)
         self.stats.batch_seconds.append(round(time.monotonic() - started, 3))
         if self.hook is not None:
@@ -212,7 +213,7 @@ class EnrichBatch:
                            recovery_command(cfg), plan.commits.get("pending"))
         label = self.label(batch_id)
         rows = fact_rows(cfg, batch, label)
-        norm = latest_per_key(cfg, rows, batch_id, stream_batch=not self.rejoin).persist()
+        norm = pin(latest_per_key(cfg, rows, batch_id, stream_batch=not self.rejoin))
         cached.append(norm)
         # counted with the fates below, in one Spark job (nothing is written before either)
         norm_counts = norm.groupBy("_bad", F.col("_reason").startswith("late event").alias("late")).agg(
@@ -235,7 +236,7 @@ class EnrichBatch:
         all_fact_cols = [c for c in cands.columns if c not in
                          ("_fact_version", "_parked_at", "_origin", "_prev_missing")]
         joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
-        fated = pd.with_fate(joined, plan.started_at, cfg.late_wait).persist()
+        fated = pin(pd.with_fate(joined, plan.started_at, cfg.late_wait))
         cached.append(fated)
         counts, ties, fates = _batch_counts(norm_counts, fated)
         if cfg.fact.kind == "events" and not self.rejoin:  # every file read: were they all still there?
@@ -257,7 +258,7 @@ class EnrichBatch:
         dels = pd.enriched_deletes(fated, deletes, enriched0, self.keys)
         self.stats.enriched_upserted += sum(fates.get(f, 0) for f in pd.RELEASED)
         enriched_src = upserts if dels is None else upserts.unionByName(dels, allowMissingColumns=True)
-        enriched_src = enriched_src.persist()
+        enriched_src = pin(enriched_src)
         cached.append(enriched_src)
         if dels is not None:
             self.stats.enriched_deleted += enriched_src.where("_enriched_batch IS NULL").count()
