@@ -43,7 +43,8 @@ from cdc_lake.enrich.table_damage import check_dimensions_present, check_inputs_
 from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
-from cdc_lake.spark_session import batch_handler, build_session, check_file_name_encoding
+from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
+                                    start_without_no_data_batches)
 from cdc_lake.summary import record_failure, record_summary
 
 REPROCESS_MARK = "enrich_reprocess.json"
@@ -216,7 +217,7 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
               .foreachBatch(batch_handler(handler))
               .option("checkpointLocation", str(cfg.checkpoint_path)))
         ws = ws.trigger(availableNow=True) if cfg.trigger == "available_now" else ws.trigger(once=True)
-        query = ws.start()
+        query = start_without_no_data_batches(spark, ws)  # (no batch without facts)
         query.awaitTermination()
     except Exception as e:
         overflow = agg_mod.overflow_in(cfg, errors[0] if errors else e)
