@@ -505,6 +505,11 @@ def test_events_source_watermark_dedup_and_dropped_count(spark, tmp_path: Path) 
     s = run_enrich(cfg, spark=spark, run_id="r1")
     assert lake.rows("gold/clicks", "event_id", "category") == [("e1", "fruit"), ("e2", "fruit"),
                                                                ("e4", "fruit")]
+    # one micro-batch per file and none after them: the watermark moved, but a batch that reads
+    # nothing would plan and write a batch for no fact (spark_session.start_without_no_data_batches)
+    assert s["batch_ids"] == [0, 1], s
+    from cdc_lake.spark_session import NO_DATA_BATCHES
+    assert spark.conf.get(NO_DATA_BATCHES) == "true"  # the session's own setting is back
     assert s["dropped_by_watermark"] == 1
     assert lake.rows("gold/per_cat", "category", "units", "count") == [("fruit", 3, 3)]
     # dropped, counted and kept: the late event is in the quarantine table with the reason
