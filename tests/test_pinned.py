@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from cdc_lake.pinned import pin, release
+from cdc_lake.pinned import local_master, pin, release
 
 
 def _persisted(spark) -> int:  # type: ignore[no-untyped-def]
@@ -44,3 +44,11 @@ def test_an_enrichment_run_leaves_no_pinned_block_behind(spark, tmp_path) -> Non
     assert len(s["batch_ids"]) >= 2, s
     assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2"}
     assert _persisted(spark) == before
+
+
+def test_only_a_one_jvm_master_gets_the_local_checkpoint() -> None:
+    # local-cluster[...] runs executors in JVMs of their own: a lost one would take a local
+    # checkpoint's blocks with it, so it gets the cache like any cluster
+    assert all(local_master(m) for m in ("local", "local[2]", "local[*]", "local[4,3]"))
+    assert not any(local_master(m) for m in ("local-cluster[2,1,1024]", "spark://h:7077", "yarn",
+                                             "k8s://https://h:443"))

@@ -24,9 +24,16 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 
+def local_master(master: str) -> bool:
+    """True for Spark's local masters (``local``, ``local[4]``, ``local[*, 2]``: driver and
+    executor one JVM); False for a cluster, ``local-cluster[...]`` included (its executors are
+    JVMs of their own, so a block can be lost with one)."""
+    return master == "local" or master.startswith("local[")
+
+
 def local_mode(df: DataFrame) -> bool:
-    """True when ``df``'s session runs Spark's local master (driver and executor one JVM)."""
-    return df.sparkSession.sparkContext.master.startswith("local")
+    """True when ``df``'s session runs one of Spark's local masters (:func:`local_master`)."""
+    return local_master(df.sparkSession.sparkContext.master)
 
 
 def pin(df: DataFrame) -> DataFrame:
