@@ -317,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
                                            [SPARK_SUBMIT, *COMMON_CONF])
             print(f"[bench]   ratios {res['enrich']['small']['ratio']} / "
                   f"{res['enrich']['large']['ratio']}", flush=True)
+        if "events" in cases:
+            print("[bench] enrichment, events source: small increment + large batch", flush=True)
+            res["events"] = be.case_events(work, a.small_events, a.large_events, a.large_files, reps,
+                                           _wall, [SPARK_SUBMIT, *COMMON_CONF])
+            print(f"[bench]   ratios {res['events']['small']['ratio']} / "
+                  f"{res['events']['large']['ratio']}", flush=True)
         for c in cases:
             res[c]["date"] = date
             res[c]["jvm_archive"] = class_archive(LAUNCH.get(DRIVER_JAVA_OPTIONS))  # both sides

@@ -138,3 +138,104 @@ def case_enrich(work: Path, small_events: int, large_events: int, reps: int,
              "median_scan_s": round(s, 2), "median_job_s": round(j, 2), "ratio": round(j / s, 2),
              "events_per_s": round(large_events / j)}
     return {"small": small, "large": large}
+
+
+# --- events fact source (``fact.events``: an append-only folder of JSON event files) ---------
+
+COUNT_TEXT = '''
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.appName("bench-count-events").getOrCreate()
+print("COUNT", spark.read.text(sys.argv[1:]).count())
+spark.stop()
+'''
+EVENTS_SCHEMA = {"event_id": "string", "order_id": "bigint", "product_id": "bigint",
+                 "qty": "bigint", "unit_price": "bigint", "event_ts": "timestamp"}
+
+
+class EventFiles:
+    """JSON Lines event files landed in order, event times rising (none late), ids unique."""
+
+    def __init__(self, folder: Path, rng: random.Random) -> None:
+        self.folder, self.rng, self.n, self.files = folder, rng, 0, 0
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def land(self, events: int, files: int) -> list[Path]:
+        import enrich_workload as ew
+
+        per, out = -(-events // files), []
+        for _ in range(files):
+            lines = []
+            for _ in range(per):
+                self.n += 1
+                lines.append(json.dumps({
+                    "event_id": f"e{self.n}", "order_id": self.rng.randint(1, ORDERS),
+                    "product_id": self.rng.randint(1, PRODUCTS), "qty": self.rng.randint(1, 5),
+                    "unit_price": self.rng.randint(100, 9999),
+                    "event_ts": (ew.T0 + timedelta(seconds=self.n)).isoformat()}))
+            path = self.folder / f"events-{self.files:06d}.json"
+            tmp = path.with_name(f".{path.name}.tmp")  # the file source ignores dot files
+            tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            tmp.replace(path)
+            out.append(path)
+            self.files += 1
+        return out
+
+
+def _events_lake(root: Path, seed: int) -> tuple[EventFiles, Path]:
+    """The shop dimensions as Delta tables, an empty landing folder and the ``fact.events`` YAML."""
+    import enrich_workload as ew
+    import yaml
+
+    rng = random.Random(seed)
+    lake, out = root / "upstream", root / "out"
+    _dimensions(lake, rng)
+    landing = EventFiles(root / "landing", rng)
+    cfg = ew.model_config(wait_zero=True)
+    ew.write_pipeline(root / "events.yaml", cfg, lake, out, name="bench_events")
+    doc = yaml.safe_load((root / "events.yaml").read_text())
+    doc["fact"] = {"events": {"path": str(landing.folder), "format": "json", "id": "event_id",
+                              "time": "event_ts", "watermark": "1 hour",
+                              "max_files_per_trigger": 1000, "schema": EVENTS_SCHEMA}}
+    doc["event_time"] = "event_ts"
+    (root / "events.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return landing, root / "events.yaml"
+
+
+def case_events(work: Path, small_events: int, large_events: int, large_files: int, reps: int,
+                wall: Any, submit: list[str]) -> dict[str, Any]:
+    """An events pipeline: small increment (one new file onto an enriched lake) and large batch
+    (``large_events`` in ``large_files`` files into an empty output), each against a spark-submit
+    that reads and counts the same files' lines (``spark.read.text``), as the CDC cases do."""
+    job = [*submit, str(REPO / "spark_jobs" / "enrich.py")]
+    count_py = work / "count_text.py"
+    count_py.write_text(COUNT_TEXT)
+    log = work / "events.log"
+
+    base = work / "events-small"
+    landing, cfg = _events_lake(base, seed=31)
+    landing.land(4 * small_events, 4)
+    wall([*job, "--pipeline", str(cfg), "--run-id", "base"], log)
+    job_s, count_s = [], []
+    for i in range(reps):
+        files = [str(p) for p in landing.land(small_events, 1)]
+        count_s.append(wall([*submit, str(count_py), *files], log))
+        job_s.append(wall([*job, "--pipeline", str(cfg), "--run-id", f"inc{i}"], log))
+    small = {"events": small_events, "reps": reps, "job_wall_s": job_s, "count_wall_s": count_s,
+             "median_job_s": round(statistics.median(job_s), 2),
+             "median_count_s": round(statistics.median(count_s), 2)}
+    small["ratio"] = round(small["median_job_s"] / small["median_count_s"], 2)
+
+    big = work / "events-large"
+    landing, cfg = _events_lake(big, seed=32)
+    files = [str(p) for p in landing.land(large_events, large_files)]
+    scans, ingests = [], []
+    for i in range(reps):
+        shutil.rmtree(big / "out", ignore_errors=True)
+        scans.append(wall([*submit, str(count_py), *files], log))
+        ingests.append(wall([*job, "--pipeline", str(cfg), "--run-id", f"large{i}"], log))
+    s, j = statistics.median(scans), statistics.median(ingests)
+    large = {"events": large_events, "files": large_files, "reps": reps, "scan_wall_s": scans,
+             "job_wall_s": ingests, "median_scan_s": round(s, 2), "median_job_s": round(j, 2),
+             "ratio": round(j / s, 2), "events_per_s": round(large_events / j)}
+    return {"small": small, "large": large}

@@ -20,7 +20,8 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = (tmp_path / "benchmarks.md").read_text()
     for case in ("small increment", "large batch", "flat cost", "peer", "peer, long history",
-                 "enrichment: small increment", "enrichment: large batch"):
+                 "enrichment: small increment", "enrichment: large batch",
+                 "enrichment, events: small increment", "enrichment, events: large batch"):
         assert f"| {case} |" in report
     assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-ratios.png").stat().st_size > 1000
@@ -30,4 +31,5 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     assert res["peer_long"]["events_per_run"] == 400 and len(res["peer_long"]["run_s"]) == 5
     assert res["small"]["median_count_s"] > 0 and res["large"]["median_scan_s"] > 0
     assert res["enrich"]["large"]["events"] == 4000 and res["enrich"]["small"]["median_job_s"] > 0
+    assert res["events"]["large"]["events"] == 4000 and res["events"]["small"]["median_job_s"] > 0
     assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"
