@@ -123,19 +123,24 @@ def latest_per_key(cfg: EnrichConfig, rows: DataFrame, batch_id: int,
 
         reason = F.when(F.col(CORRUPT).isNotNull(), corrupt_reason(ev)).otherwise(reason)
     rows = rows.withColumn("_reason", reason)
-    w = Window.partitionBy(*cols(k)).orderBy(F.col("_fact_version").desc(), F.col("_is_delete").asc())
+    # One pass over the batch: the good rows (no reason) are ranked per key, the bad ones in
+    # windows of their own and all kept. (A union of a good and a bad branch read the batch
+    # twice: an events batch was parsed and deduplicated twice, its state written twice.)
+    is_bad = F.col("_reason").isNotNull()
+    w = (Window.partitionBy(is_bad, *cols(k))
+         .orderBy(F.col("_fact_version").desc(), F.col("_is_delete").asc()))
     # the row after the kept one, in the same window: same version and not a delete = a twin
     tie = ~F.col("_is_delete") & F.coalesce(
         (F.lead("_fact_version").over(w) == F.col("_fact_version"))
         & ~F.lead("_is_delete").over(w), F.lit(False))
-    good = (rows.where(F.col("_reason").isNull())
-            .withColumn("_rn", F.row_number().over(w)).withColumn("_tie", tie)
-            .where("_rn = 1").drop("_rn"))
-    bad = rows.where(F.col("_reason").isNotNull())
+    out = (rows.withColumn("_rn", F.row_number().over(w))
+           .withColumn("_tie", F.when(is_bad, F.lit(False)).otherwise(tie))
+           .where(is_bad | (F.col("_rn") == 1)).drop("_rn")
+           .withColumn("_bad", is_bad))
     if dropped is not None:
-        bad = bad.unionByName(dropped.select(*cols(bad.columns)))
-    return good.withColumn("_bad", F.lit(False)).unionByName(
-        bad.withColumn("_bad", F.lit(True)).withColumn("_tie", F.lit(False)))
+        late = dropped.withColumn("_tie", F.lit(False)).withColumn("_bad", F.lit(True))
+        out = out.unionByName(late.select(*cols(out.columns)))
+    return out
 
 
 def _ms(ms: int) -> Column:

@@ -68,6 +68,7 @@ class EnrichStats:
     skipped_writes: int = 0
     replayed_batches: int = 0
     driver_read_batches: int = 0  # micro-batches read by delta-rs in the driver
+    codegen: str | None = None  # the session's expression evaluation (launch.codegen_mode)
     dimension_versions: dict[str, int | None] = field(default_factory=dict)
     tables: dict[str, int | None] = field(default_factory=dict)
     batch_seconds: list[float] = field(default_factory=list)
@@ -82,26 +83,27 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[bool, bool], int], int, dict[str, int]]:
-    """``(counts, ties, fates)`` of a batch from one Spark job: the normalized changes per
-    (bad, late) with the number of fact keys changed twice in the commit, and the candidates
-    per fate. Two collects were two jobs on a cold JVM (800-fact-change spark-submits in
-    alternating pairs: the batch's steps 0.4-1.2 s faster in each of 7, the wall faster in 5 of
-    7, median -0.8 s; docs/benchmarks.md)."""
-    tag = F.lit(None).cast("boolean")
+def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[bool, bool], int], int, int, dict[str, int]]:
+    """``(counts, ties, deletes, fates)`` of a batch from one Spark job: the normalized changes
+    per (bad, late) with the number of fact keys changed twice in the commit and the number of
+    deletes among the good ones, and the candidates per fate. Two collects were two jobs on a
+    cold JVM (800-fact-change spark-submits in alternating pairs: the batch's steps 0.4-1.2 s
+    faster in each of 7, the wall faster in 5 of 7, median -0.8 s; docs/benchmarks.md)."""
+    tag, none = F.lit(None).cast("boolean"), F.lit(None).cast("bigint")
     both = norm_counts.select(F.lit("norm").alias("_of"), F.lit(None).cast("string").alias("_fate"),
-                              "_bad", "late", "n", "ties").unionByName(
+                              "_bad", "late", "n", "ties", "dels").unionByName(
         fated.groupBy("_fate").agg(F.count("*").alias("n")).select(
             F.lit("fate").alias("_of"), "_fate", tag.alias("_bad"), tag.alias("late"), "n",
-            F.lit(None).cast("bigint").alias("ties")))
+            none.alias("ties"), none.alias("dels")))
     counts: dict[tuple[bool, bool], int] = {}
-    ties, fates = 0, {}
+    ties, dels, fates = 0, 0, {}
     for r in both.collect():
         if r["_of"] == "norm":
-            counts[(r["_bad"], r["late"])], ties = r["n"], ties + (r["ties"] or 0)
+            counts[(r["_bad"], r["late"])] = r["n"]
+            ties, dels = ties + (r["ties"] or 0), dels + (r["dels"] or 0)
         else:
             fates[r["_fate"]] = r["n"]
-    return counts, ties, fates
+    return counts, ties, dels, fates
 
 
 class EnrichBatch:
@@ -217,7 +219,8 @@ class EnrichBatch:
         cached.append(norm)
         # counted with the fates below, in one Spark job (nothing is written before either)
         norm_counts = norm.groupBy("_bad", F.col("_reason").startswith("late event").alias("late")).agg(
-            F.count("*").alias("n"), F.sum(F.col("_tie").cast("int")).alias("ties"))
+            F.count("*").alias("n"), F.sum(F.col("_tie").cast("int")).alias("ties"),
+            F.sum((~F.col("_bad") & F.coalesce(F.col("_is_delete"), F.lit(False))).cast("int")).alias("dels"))
         phases.mark("read")
         changes = norm.where(~F.col("_bad")).drop("_bad", "_reason", "_tie", CORRUPT, SOURCE_FILE)
         # Guard: a change not newer than the stored version of its fact changes nothing.
@@ -238,7 +241,7 @@ class EnrichBatch:
         joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
         fated = pin(pd.with_fate(joined, plan.started_at, cfg.late_wait))
         cached.append(fated)
-        counts, ties, fates = _batch_counts(norm_counts, fated)
+        counts, ties, n_deletes, fates = _batch_counts(norm_counts, fated)
         if cfg.fact.kind == "events" and not self.rejoin:  # every file read: were they all still there?
             try:
                 check_batch_files_present(cfg.checkpoint_path, batch_id, pipeline=cfg.name,
@@ -255,7 +258,10 @@ class EnrichBatch:
 
         upserts = out.no_void(pd.enriched_upserts(fated, all_fact_cols, self.dim_outputs, label,
                                                dim_versions), self.engine.schema(str(cfg.outputs.enriched)))
-        dels = pd.enriched_deletes(fated, deletes, enriched0, self.keys)
+        # no parked fact and no delete in the batch: no delete marker can come of it, so the
+        # enriched table is not scanned for them (an events batch never has deletes)
+        dels = (pd.enriched_deletes(fated, deletes, enriched0, self.keys)
+                if fates.get("park", 0) or n_deletes else None)
         self.stats.enriched_upserted += sum(fates.get(f, 0) for f in pd.RELEASED)
         enriched_src = upserts if dels is None else upserts.unionByName(dels, allowMissingColumns=True)
         enriched_src = pin(enriched_src)
