@@ -205,3 +205,60 @@ def test_a_rerun_after_a_failed_run_counts_its_parked_facts_as_parked_by_this_ru
     assert s["rejoin"] is None and lake.rows("gold/_pending/lines", "line_id") == [(2,)], s
     s = run_enrich(lake.cfg, spark=spark, run_id="r4")             # the next run: released
     assert s["rejoin"]["released_unknown"] == 1 and lake.rows("gold/_pending/lines", "line_id") == [], s
+
+
+def test_unknown_members_are_re_joined_only_when_the_dimensions_changed(spark, tmp_path: Path,
+                                                                        capsys) -> None:  # type: ignore[no-untyped-def]
+    """A batch re-joins the enriched facts with unknown members (a scan of the whole enriched
+    table) only if the dimensions changed since the last batch joined them: with the same
+    versions each would be kept as it is. Its plan pins the decision (``restate``)."""
+    from cdc_lake.enrich.plan import BatchPlan, plan_file
+    from cdc_lake.enrich.rejoin import LAST_JOIN_FILE, restate_needed
+
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    lake.create("facts", lines((1, 1, 1, "1.00", "2026-01-02T10:00:00"),
+                               (3, 3, 1, "5.00", "2026-01-02T10:00:00")))
+    base(lake, wait="0s")
+    lake.feed()                                                      # 0: line 3 parked
+    lake.upsert("facts", lines((4, 1, 1, "1.00", "2026-01-03T10:00:00")), "line_id")
+    lake.feed()                                                      # 1: released, unknown
+    assert lake.rows("gold/lines", "line_id", "_unknown_members") == [(1, []), (3, ["products"]), (4, [])]
+
+    def plan(b: int) -> BatchPlan:
+        return BatchPlan.from_json(plan_file(lake.cfg.checkpoint_path, b).read_text())
+
+    capsys.readouterr()
+    lake.upsert("facts", lines((5, 1, 2, "1.00", "2026-01-03T10:00:00")), "line_id")
+    lake.feed()                       # 2: products as batch 1 joined them: line 3 not re-joined
+    out = capsys.readouterr().out
+    assert plan(2).restate is False and "'keep'" not in out and "not re-joined" in out, out
+    assert lake.rows("gold/lines", "line_id", "_unknown_members", "_enriched_batch") == [
+        (1, [], 0), (3, ["products"], 1), (4, [], 1), (5, [], 2)]
+    # the decision's inputs: versions, commit fingerprints, the join's definition, the record
+    versions, commits = {"products": 0}, {"products": plan(2).commits["dim:products"]}
+    assert restate_needed(lake.cfg, versions, commits) is False
+    assert restate_needed(lake.cfg, {"products": 1}, commits) is True
+    assert restate_needed(lake.cfg, versions, {"products": "another commit"}) is True
+    assert restate_needed(lake.cfg, versions, {"products": None}) is True
+    record = lake.cfg.checkpoint_path / LAST_JOIN_FILE
+    doc = json.loads(record.read_text())
+    record.write_text(json.dumps({**doc, "definition": "an earlier definition"}))
+    assert restate_needed(lake.cfg, versions, commits) is True
+    record.write_text(json.dumps(doc))
+    capsys.readouterr()
+    # a dimension change of another member: re-joined, and kept (nothing written for line 3)
+    lake.upsert("products", products((2, "pear", "fruit")), "id")
+    lake.upsert("facts", lines((6, 1, 1, "1.00", "2026-01-03T10:00:00")), "line_id")
+    lake.feed()
+    out = capsys.readouterr().out
+    assert plan(3).restate is True and "'keep': 1" in out, out
+    # the member arrives: restated by the next batch
+    lake.upsert("products", products((3, "kiwi", "exotic")), "id")
+    lake.upsert("facts", lines((7, 1, 1, "1.00", "2026-01-03T10:00:00")), "line_id")
+    stats = lake.feed()
+    assert plan(4).restate is True and stats.restated == 1
+    assert lake.rows("gold/lines", "line_id", "category", "_unknown_members")[1] == (3, "exotic", [])
+    assert lake.rows("gold/rev", *AGG)[0] == ("exotic", D2, Decimal("5.00"), 1, 1)
+    record.unlink()                   # no record: re-join (at most one scan too many)
+    assert restate_needed(lake.cfg, {"products": 2}, {"products": plan(4).commits["dim:products"]}) is True

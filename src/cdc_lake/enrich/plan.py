@@ -6,7 +6,8 @@ so) and the others must get exactly what the first attempt would have written. S
 a batch computes from is pinned in ``<checkpoint>/enrich_batches/<batch_id>.json`` before the
 first write: the batch start time (parking / wait decisions), the Delta version of each
 dimension, the versions of the job's own enriched and pending tables it started from
-(the old aggregate contributions come from that enriched version), and the source offsets the
+(the old aggregate contributions come from that enriched version), whether it re-joins the
+enriched facts with unknown members (``restate``), and the source offsets the
 batch covers (``source``: ``{"start": ..., "end": ...}`` as Spark logged them in
 ``offsets/<batch_id - 1>`` and ``offsets/<batch_id>``). A replay reads exactly those versions
 (Delta time travel). A replay whose offsets differ from the pinned ones (Spark re-planned the
@@ -51,6 +52,10 @@ class BatchPlan:
     # version number is another table (a number alone let such a replay through; tester J).
     # Empty: a plan written before this was recorded, or the commit file not readable.
     commits: dict[str, str] = field(default_factory=dict)
+    # False: the enriched facts with unknown members are not re-joined in this batch (the last
+    # batch joined them to these same dimension versions: enrich.rejoin.restate_needed). Pinned
+    # so that a replay decides as its first attempt did. True in a plan written before this.
+    restate: bool = True
 
     def to_json(self) -> str:
         d: dict[str, Any] = {"batch_id": self.batch_id, "started_at": self.started_at.isoformat(),
@@ -59,6 +64,8 @@ class BatchPlan:
             d["source"] = self.source
         if self.commits:
             d["commits"] = self.commits
+        if not self.restate:
+            d["restate"] = False
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
@@ -69,7 +76,8 @@ class BatchPlan:
         return BatchPlan(int(d["batch_id"]), datetime.fromisoformat(d["started_at"]),
                          {str(k): (None if v is None else int(v)) for k, v in d["versions"].items()},
                          src if isinstance(src, dict) else None,
-                         {str(k): str(v) for k, v in commits.items()})
+                         {str(k): str(v) for k, v in commits.items()},
+                         d.get("restate", True) is not False)
 
 
 def plan_file(checkpoint: Path, batch_id: int) -> Path:

@@ -37,6 +37,7 @@ Example (what ``enrich.job`` does around its stream)::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -89,11 +90,14 @@ def run_finished(cfg: EnrichConfig) -> None:
     (cfg.checkpoint_path / RUN_FILE).unlink(missing_ok=True)
 
 
-def record_join(cfg: EnrichConfig, started_at: datetime, dims: dict[str, int | None]) -> None:
-    """After a batch's writes: the dimension versions it joined and when it started."""
+def record_join(cfg: EnrichConfig, started_at: datetime, dims: dict[str, int | None],
+                commits: dict[str, str | None] | None = None) -> None:
+    """After a batch's writes: the dimension versions it joined (and their commit fingerprints,
+    the join's definition: what :func:`restate_needed` compares) and when it started."""
     f = cfg.checkpoint_path / LAST_JOIN_FILE
     tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps({"dimension_versions": dims,
+    tmp.write_text(json.dumps({"dimension_versions": dims, "dimension_commits": commits or {},
+                               "definition": join_definition(cfg),
                                "started_at": started_at.isoformat()}, sort_keys=True), encoding="utf-8")
     os.replace(tmp, f)
 
@@ -106,6 +110,32 @@ def last_join(cfg: EnrichConfig) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("dimension_versions"), dict) else None
+
+
+def join_definition(cfg: EnrichConfig) -> str:
+    """A fingerprint of what the dimension join depends on besides the tables' data: each
+    dimension's table, keys, SCD type, ``on`` and ``columns``, and ``event_time``."""
+    spec = [[d.name, str(d.table), list(d.keys), d.scd, [list(p) for p in d.on],
+             [list(p) for p in d.columns]] for d in cfg.dimensions]
+    return hashlib.sha256(json.dumps([spec, cfg.event_time]).encode()).hexdigest()[:16]
+
+
+def restate_needed(cfg: EnrichConfig, versions: dict[str, int | None],
+                   commits: dict[str, str | None]) -> bool:
+    """Whether a batch must re-join the enriched facts with unknown members (restatement
+    candidates): False only when the last batch or pass joined them to these very dimension
+    versions (same version numbers, same commit fingerprints, same join definition). Every such
+    fact was then joined to exactly these dimension rows and left with a member missing, so
+    joining it again can only give ``keep`` (nothing written), and the batch skips reading the
+    whole enriched table for them: its cost then follows the batch, not the table's history.
+    Any doubt (no readable record, a version without a fingerprint) means True: re-join."""
+    last = last_join(cfg)
+    if last is None or last.get("definition") != join_definition(cfg):
+        return True
+    if last["dimension_versions"] != versions or any(
+            v is not None and commits.get(n) is None for n, v in versions.items()):
+        return True
+    return last.get("dimension_commits") != {n: commits.get(n) for n in versions}
 
 
 def due(cfg: EnrichConfig, engine: Engine, run_started: datetime,

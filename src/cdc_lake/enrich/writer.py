@@ -44,7 +44,7 @@ from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, commit_fingerprint, load_or_create_plan, now_utc,
                                   plan_file, read_at, source_mismatch)
 from cdc_lake.enrich.rejoin import label as rejoin_label
-from cdc_lake.enrich.rejoin import record_join
+from cdc_lake.enrich.rejoin import record_join, restate_needed
 from cdc_lake.enrich.state import EnrichNeedsReprocess, record_versions, recovery_command
 from cdc_lake.enrich.table_types import as_types, fit_table
 from cdc_lake.pinned import pin, release
@@ -134,7 +134,10 @@ class EnrichBatch:
         paths = {**{f"dim:{d.name}": str(d.table) for d in self.cfg.dimensions},
                  "enriched": str(self.cfg.outputs.enriched), "pending": str(self.cfg.outputs.pending)}
         commits = {k: f for k, f in ((k, commit_fingerprint(paths[k], v[k])) for k in v) if f}
-        return BatchPlan(batch_id, now_utc(), v, source, commits)
+        dims = [d.name for d in self.cfg.dimensions]
+        restate = restate_needed(self.cfg, {n: v[f"dim:{n}"] for n in dims},
+                                 {n: commits.get(f"dim:{n}") for n in dims})
+        return BatchPlan(batch_id, now_utc(), v, source, commits, restate)
 
     def _source(self, batch_id: int) -> dict[str, Any] | None:
         """The fact source offsets Spark logged for this batch (None: not a streaming batch of
@@ -227,7 +230,10 @@ class EnrichBatch:
         stored = [df.select(*cols(k), "_fact_version") for df in (enriched0, pending0) if df is not None]
         if stored:
             s = stored[0] if len(stored) == 1 else stored[0].unionByName(stored[1])
-            s = s.groupBy(*cols(k)).agg(F.max("_fact_version").alias("_stored_version"))
+            # the stored rows of the batch's keys only: the aggregate then has the batch's size,
+            # not the tables' (a 400k-row enriched table, 800 changes: 1.3 -> 0.67 s warm)
+            s = (s.join(changes.select(*cols(k)), k, "left_semi")
+                 .groupBy(*cols(k)).agg(F.max("_fact_version").alias("_stored_version")))
             changes = (changes.join(s, k, "left")
                        .where(F.col("_stored_version").isNull()
                               | (F.col("_fact_version") > F.col("_stored_version")))
@@ -235,7 +241,10 @@ class EnrichBatch:
         new_keys = changes.select(*cols(k))
         deletes = changes.where("_is_delete").drop("_is_delete")
         ups = changes.where(~F.col("_is_delete")).drop("_is_delete")
-        cands = pd.candidates(ups, new_keys, pending0, enriched0, self.keys, set(self.dim_outputs))
+        # the enriched facts with unknown members, unless the last batch joined them to these
+        # same dimension versions (then all would be kept as they are: no read of the table)
+        cands = pd.candidates(ups, new_keys, pending0, enriched0 if plan.restate else None,
+                              self.keys, set(self.dim_outputs))
         all_fact_cols = [c for c in cands.columns if c not in
                          ("_fact_version", "_parked_at", "_origin", "_prev_missing")]
         joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
@@ -326,8 +335,11 @@ class EnrichBatch:
             phases.mark(table)
         # what the next run checks its own tables against (enrich.state.check_tables)
         record_versions(cfg, versions)
-        record_join(cfg, plan.started_at, dim_versions)  # what enrich.rejoin compares with
-        print(f"[enrich] {self.kind} {batch_id}: dims {dim_versions}, fates {fates}; "
+        record_join(cfg, plan.started_at, dim_versions,  # what enrich.rejoin compares with
+                    {d.name: plan.commits.get(f"dim:{d.name}") for d in cfg.dimensions})
+        print(f"[enrich] {self.kind} {batch_id}: dims {dim_versions}, fates {fates}"
+              + ("" if plan.restate else " (unknown members not re-joined: dimensions as last joined)")
+              + "; "
               + ", ".join(phases.parts), flush=True)
 
     def _committed(self, batch_id: int) -> list[str]:
