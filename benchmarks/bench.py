@@ -22,7 +22,11 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
    ``peer_long`` repeats (3)+(4) with ``--long-events`` (10k) per run, so that the 100 runs
    of history hold 1M events (where a recompute has real work to do);
 5. enrichment — the same small-increment and large-batch ratios for ``kind: enrich``
-   (``bench_enrich.py``: fact change feed joined with four dimensions, one aggregate).
+   (``bench_enrich.py``: fact change feed joined with four dimensions, one aggregate);
+   ``events`` the same for a JSON events source; ``events_history`` the flat cost of that
+   pipeline (``--enrich-history`` runs of ``--small-events`` in one process, table maintenance
+   every ``--maintain-every`` runs, then ``--enrich-big-events`` in one run and the same
+   increment again: run time vs. runs of history and vs. the enriched table's size).
 
 ``--cases small,enrich`` re-measures a subset; the other cases keep their figures from the last
 ``benchmarks/results/bench.json`` and the report says when each was measured. The report
@@ -261,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xlarge-events", type=int, default=1_000_000)
     p.add_argument("--xlarge-files", type=int, default=200)
     p.add_argument("--history", type=int, default=100)
+    p.add_argument("--enrich-history", type=int, default=50,
+                   help="events_history: increments run before the large-history point")
+    p.add_argument("--enrich-big-events", type=int, default=400_000,
+                   help="events_history: events landed in one run to grow the enriched table")
     p.add_argument("--long-events", type=int, default=10_000,
                    help="peer_long: events per run (history x this = the recomputed history)")
     p.add_argument("--maintain-every", type=int, default=10,
@@ -278,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.small_events, a.large_events, a.large_files, a.history = 200, 4000, 4, 5
         a.long_events = 400
+        a.enrich_history, a.enrich_big_events = 5, 4000
         a.xlarge_events, a.xlarge_files = 8000, 8
         a.maintain_every = min(a.maintain_every, 2)
     reps = a.reps or (1 if a.quick else 3)
@@ -323,6 +332,13 @@ def main(argv: list[str] | None = None) -> int:
                                            _wall, [SPARK_SUBMIT, *COMMON_CONF])
             print(f"[bench]   ratios {res['events']['small']['ratio']} / "
                   f"{res['events']['large']['ratio']}", flush=True)
+        if "events_history" in cases:
+            print("[bench] enrichment, events source: flat cost", flush=True)
+            res["events_history"] = be.case_events_history(
+                work, a.enrich_history, a.small_events, [1, 10, 50], a.enrich_big_events,
+                a.maintain_every)
+            print(f"[bench]   ratios {res['events_history']['ratio_last_first']} / "
+                  f"{res['events_history']['ratio_big_first']}", flush=True)
         for c in cases:
             res[c]["date"] = date
             res[c]["jvm_archive"] = class_archive(LAUNCH.get(DRIVER_JAVA_OPTIONS))  # both sides

@@ -22,6 +22,7 @@ import random
 import shutil
 import statistics
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,55 @@ def case_events(work: Path, small_events: int, large_events: int, large_files: i
              "job_wall_s": ingests, "median_scan_s": round(s, 2), "median_job_s": round(j, 2),
              "ratio": round(j / s, 2), "events_per_s": round(large_events / j)}
     return {"small": small, "large": large}
+
+
+def case_events_history(work: Path, history: int, events: int, marks: list[int], big_events: int,
+                        maintain_every: int) -> dict[str, Any]:
+    """Flat cost of an events pipeline. One warm session runs the same-size increment
+    ``history`` times (the pipeline's table maintenance after every ``maintain_every``-th run,
+    timed apart, as its maintenance DAG would), then lands ``big_events`` in one run (and
+    maintains), then times the same increment 3 more times: run time against the number of
+    earlier runs, and against the size of the enriched table."""
+    from deltalake import DeltaTable
+
+    from cdc_lake.config import load_pipeline
+    from cdc_lake.enrich.job import run_enrich
+    from cdc_lake.maintenance import run_maintenance
+    from cdc_lake.spark_session import build_session
+
+    landing, yml = _events_lake(work / "events-history", seed=33)
+    cfg = load_pipeline(yml)
+    spark = build_session(cfg, app_name="bench-events-history")
+    maintenance_s: list[float] = []
+
+    def timed(fn: Any) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return round(time.perf_counter() - t0, 3)
+
+    def run(tag: str, n: int = events, files: int = 1) -> float:
+        landing.land(n, files)
+        return timed(lambda: run_enrich(cfg, spark=spark, run_id=tag))
+
+    times = []
+    for i in range(history):
+        times.append(run(f"h{i}"))
+        if maintain_every and (i + 1) % maintain_every == 0:
+            maintenance_s.append(timed(lambda: run_maintenance(cfg, pipelines=[cfg])))
+        if (i + 1) % 10 == 0:
+            print(f"[bench] events history: {i + 1}/{history} runs, last {times[-1]} s", flush=True)
+    first = statistics.median(times[1:4])  # run 1 pays the JVM's warm-up
+    at = {m: round(statistics.median(times[max(1, m - 1):m + 2]), 3) for m in marks if m < history}
+    big_s = run("big", big_events, max(1, big_events // 10_000))
+    maintenance_s.append(timed(lambda: run_maintenance(cfg, pipelines=[cfg])))
+    after = [run(f"a{i}") for i in range(3)]
+    rows = DeltaTable(str(cfg.outputs.enriched)).to_pyarrow_dataset().count_rows()
+    spark.stop()
+    last = statistics.median(times[-3:])
+    return {"events_per_run": events, "history": history, "run_s": times,
+            "maintain_every": maintain_every, "maintenance_s": maintenance_s,
+            "first_s": round(first, 3), "at": at, "last_s": round(last, 3),
+            "ratio_last_first": round(last / first, 2), "big_events": big_events,
+            "big_run_s": big_s, "after_big_s": after, "enriched_rows": rows,
+            "after_big_median_s": round(statistics.median(after), 3),
+            "ratio_big_first": round(statistics.median(after) / first, 2)}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 TARGETS = {"small": 1.3, "large": 1.5, "flat": 1.2, "peer": 10.0}
-CASES = ("small", "large", "xlarge", "flat", "peer_long", "enrich", "events")
+CASES = ("small", "large", "xlarge", "flat", "peer_long", "enrich", "events", "events_history")
 
 
 def plots(res: dict[str, Any], img: Path) -> list[str]:
@@ -115,6 +115,20 @@ def report(res: dict[str, Any], pngs: list[str]) -> str:
              f"empty output, {vl['events_per_s']} events/s, spark-submit wall", f"{vl['median_job_s']} s",
              f"{vl['median_scan_s']} s (read+count)", vl["ratio"], f"≤ {TARGETS['large']}×",
              verdict(vl["ratio"], TARGETS["large"])),
+        ]
+    if "events_history" in res:
+        h = res["events_history"]
+        upkeep = (f"table maintenance after every {h['maintain_every']} runs, median "
+                  f"{statistics.median(h['maintenance_s']):.1f} s, not counted" if h["maintain_every"]
+                  else "no table maintenance")
+        rows += [
+            ("enrichment, events: flat cost", f"run {h['history']} vs run 2 ({h['events_per_run']} "
+             f"events each, one warm process; {upkeep})", f"{h['last_s']} s", f"{h['first_s']} s",
+             h["ratio_last_first"], f"≤ {TARGETS['flat']}×", verdict(h["ratio_last_first"], TARGETS["flat"])),
+            ("enrichment, events: large history", f"the same increment onto {h['enriched_rows']} "
+             f"enriched rows (after {h['big_events']} events in one run, then maintenance) vs run 2",
+             f"{h['after_big_median_s']} s", f"{h['first_s']} s", h["ratio_big_first"],
+             f"≤ {TARGETS['flat']}×", verdict(h["ratio_big_first"], TARGETS["flat"])),
         ]
     dates = sorted({res[c].get("date", res["date"]) for c in CASES if c in res})
     table = "\n".join(f"| {a} | {b} | {c} | {d} | **{e}×** | {g} | {h} |" for a, b, c, d, e, g, h in rows)

@@ -21,7 +21,8 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     report = (tmp_path / "benchmarks.md").read_text()
     for case in ("small increment", "large batch", "flat cost", "peer", "peer, long history",
                  "enrichment: small increment", "enrichment: large batch",
-                 "enrichment, events: small increment", "enrichment, events: large batch"):
+                 "enrichment, events: small increment", "enrichment, events: large batch",
+                 "enrichment, events: flat cost", "enrichment, events: large history"):
         assert f"| {case} |" in report
     assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-ratios.png").stat().st_size > 1000
@@ -32,4 +33,6 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     assert res["small"]["median_count_s"] > 0 and res["large"]["median_scan_s"] > 0
     assert res["enrich"]["large"]["events"] == 4000 and res["enrich"]["small"]["median_job_s"] > 0
     assert res["events"]["large"]["events"] == 4000 and res["events"]["small"]["median_job_s"] > 0
+    h = res["events_history"]
+    assert len(h["run_s"]) == 5 and h["big_events"] == 4000 and h["enriched_rows"] == 5 * 200 + 4000 + 3 * 200
     assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"
