@@ -68,7 +68,6 @@ class EnrichStats:
     skipped_writes: int = 0
     replayed_batches: int = 0
     driver_read_batches: int = 0  # micro-batches read by delta-rs in the driver
-    codegen: str | None = None  # the session's expression evaluation (launch.codegen_mode)
     dimension_versions: dict[str, int | None] = field(default_factory=dict)
     tables: dict[str, int | None] = field(default_factory=dict)
     batch_seconds: list[float] = field(default_factory=list)
