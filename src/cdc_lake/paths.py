@@ -49,6 +49,9 @@ def written_paths(cfg: Any) -> list[tuple[str, Path, str | None]]:
         out += [("storage.quarantine", cfg.quarantine_path, "quarantine"),
                 ("storage.ddl_log", cfg.ddl_log_path, "ddl_log"),
                 ("storage.root (full-refresh staging)", cfg.lake_root / "_staging" / cfg.name, None)]
+        if getattr(cfg, "archive_path", None) is not None:
+            # shareable: Spark files each landing folder's files under their own full path
+            out.append(("source.archive_dir", cfg.archive_path, "archive"))
         capture = getattr(cfg, "capture", None)
         if capture is not None:
             out.append(("source.path (written by capture)", cfg.landing_path, None))
@@ -107,7 +110,7 @@ _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 # write_deltalake: [ ] ^ | raise a Rust panic, \\ and control characters a DeltaError).
 _URL_REFUSED = frozenset("[]^|\\")
 _NOT_DELTA = frozenset({"storage.checkpoint", "storage.state", "storage.runs", "capture.state",
-                        "source.path (written by capture)"})  # plain files, no Delta table
+                        "source.path (written by capture)", "source.archive_dir"})  # plain files, no Delta table
 
 
 def check_path_escapes(cfg: Any) -> None:

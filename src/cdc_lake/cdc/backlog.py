@@ -37,7 +37,7 @@ from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, l
                                      read_offsets, read_source_entries, read_source_log,
                                      source_log_files)
 from cdc_lake.paths import mv_aside
-from cdc_lake.sources.landing_files import present
+from cdc_lake.sources.landing_files import archived, present
 
 __all__ = ["Backlog", "LandedFileChanged", "LandingFileNames", "backlog", "check_landed_files_unchanged",
            "check_landing_names", "nothing_new"]
@@ -99,7 +99,11 @@ def _pending(cfg: PipelineConfig, *, full_refresh: bool) -> Backlog | None:
         return None
     base = os.path.abspath(landing)
     files = size = 0
-    for entry in os.scandir(landing):
+    folders = [str(landing)]
+    if full_refresh and cfg.archive_path is not None:  # the rebuild reads the archive too
+        kept = archived(cfg.archive_path, base)
+        folders += [kept] if os.path.isdir(kept) else []
+    for entry in (e for folder in folders for e in os.scandir(folder)):
         name = entry.name
         if _hidden(name):
             continue  # what Spark's file index skips (InMemoryFileIndex.shouldFilterOutPathName)
@@ -355,10 +359,15 @@ class LandingHistoryIncomplete(PipelineStateError):
         cp = cfg.checkpoint_path
         super().__init__(
             f"pipeline {cfg.name!r}: a full refresh rebuilds tables from the landing folder "
-            f"{cfg.landing_path}, but {len(gone)} file(s) the pipeline has ingested are no longer "
-            f"there ({shown}; moved, archived or deleted): the rebuilt tables would lack their "
-            "changes, so nothing was rebuilt. Recovery: put those files back into the landing "
-            "folder under their names, keeping their modification times (`mv`, `cp -p`, "
+            f"{cfg.landing_path}"
+            + (f" and its archive {archived(cfg.archive_path, cfg.landing_path)}"
+               if cfg.archive_path is not None else "")
+            + f", but {len(gone)} file(s) the pipeline has ingested are in neither any more "
+            f"({shown}; moved, archived elsewhere or deleted): the rebuilt tables would lack "
+            "their changes, so nothing was rebuilt. Recovery: put those files back into the "
+            "landing folder"
+            + (" (or the archive)" if cfg.archive_path is not None else "")
+            + " under their names, keeping their modification times (`mv`, `cp -p`, "
             "`rsync -t`: a new time makes the next incremental run take them for changed files), "
             "and run the full refresh again. To rebuild without them "
             "on purpose (their changes are lost from the rebuilt tables for good), move the "
@@ -378,7 +387,9 @@ def check_history_complete(cfg: PipelineConfig) -> None:
         return  # a damaged checkpoint: a full refresh does not need it (its own checks report it)
     # a file compressed in place (`gzip f.json`) is still there for the refresh: Spark reads
     # it by its codec suffix
-    gone = [p for p in sorted(taken) if not present(p, cfg.file_glob)]
+    arc = cfg.archive_path  # (Spark's cleanSource=archive moved the files taken before)
+    gone = [p for p in sorted(taken) if not present(p, cfg.file_glob)
+            and (arc is None or not present(archived(arc, p), cfg.file_glob))]
     if gone:
         raise LandingHistoryIncomplete(cfg, gone)
 

@@ -107,6 +107,9 @@ class PipelineConfig:
     # ``spark.interpreted_below_mb``: a run whose backlog is under it evaluates expressions
     # without generated code (launch.codegen_conf)
     interpreted_below_mb: int = INTERPRETED_BELOW_MB
+    # ``source.archive_dir``: files of committed micro-batches move there (Spark's
+    # ``cleanSource=archive``); a full refresh reads it with the landing folder
+    archive_path: Path | None = None
 
     def table_path(self, table: str) -> Path:
         return self.tables[table].path
@@ -175,9 +178,10 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
 
     src = r.section("source", required=True)
     src.check_known({"format", "path", "database", "glob", "max_files_per_trigger",
-                     "max_bytes_per_trigger"})
+                     "max_bytes_per_trigger", "archive_dir"})
     fmt = src.choice("format", FORMATS, default="")
     landing = src.folder("path", required=True)
+    archive = src.folder("archive_dir")
     storage = r.section("storage", required=True)
     storage.check_known({"root", "checkpoint", "quarantine", "ddl_log", "runs"})
     root = storage.path("root", required=True)
@@ -222,7 +226,10 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         ("storage.quarantine", quarantine), ("storage.ddl_log", ddl_log),  # type: ignore[list-item]
         ("storage.checkpoint", checkpoint), ("storage.runs", runs),  # type: ignore[list-item]
         ("storage.root/_tombstones (the tombstone tables)", root / "_tombstones"),
-        ("storage.root/_staging (full-refresh staging)", root / "_staging")])
+        ("storage.root/_staging (full-refresh staging)", root / "_staging"),
+        *([("source.archive_dir", archive)] if archive is not None else [])])
+    if archive is not None:
+        _check_archive(file, landing, archive)
 
     max_files = src.int("max_files_per_trigger", default=1000) or 1000
     return PipelineConfig(
@@ -236,6 +243,7 @@ def load_cdc_pipeline(file: Path, raw: dict[str, Any]) -> PipelineConfig:
         retries=r.int("retries", default=2, minimum=0) or 0,
         source_format=fmt,  # type: ignore[arg-type]
         landing_path=landing,
+        archive_path=archive,
         source_database=source_db,
         file_glob=src.str("glob"),
         max_files_per_trigger=max_files,
@@ -287,6 +295,23 @@ def _check_own_paths(file: Path, tables: dict[str, TableConfig], landing: Path, 
                 "runs folder and the landing folder need a folder of their own that neither holds "
                 f"nor lies inside another (a table sharing a side table's folder loses its rows): "
                 f"give {key.split(' ')[0]} a path of its own"))
+
+
+def _check_archive(file: Path, landing: Path, archive: Path) -> None:
+    """``source.archive_dir`` must be an absolute local folder outside the landing folder (Spark
+    moves ``<landing>/f.json`` to ``<archive_dir>/<landing>/f.json``), and neither path may hold
+    a ``,``: a full refresh reads both through one Hadoop pattern ``/{<landing>,<archived>}``,
+    whose alternatives a comma separates."""
+    for key, p in (("source.path", landing), ("source.archive_dir", archive)):
+        if ":" in str(p) or not Path(p).is_absolute():
+            raise ConfigError(file, key, (
+                f"{str(p)!r}: with source.archive_dir both folders must be local absolute paths "
+                "(a relative path resolves against the pipeline file's folder)"))
+        if "," in str(p):
+            raise ConfigError(file, key, (
+                f"{str(p)!r} holds ',': a full refresh reads the landing folder and the archive "
+                "as one Hadoop pattern /{<landing>,<archive>}, where ',' separates alternatives; "
+                "use folders without ',' or leave source.archive_dir unset"))
 
 
 def _int_or(value: int | None, default: int) -> int:

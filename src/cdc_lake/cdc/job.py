@@ -46,7 +46,7 @@ from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
 from cdc_lake.runids import safe_run_id
-from cdc_lake.sources.landing_files import rerun_command
+from cdc_lake.sources.landing_files import history_pattern, rerun_command
 from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
                                      driver_java_options)
 from cdc_lake.summary import SUMMARY_PREFIX, record_failure, record_summary
@@ -63,8 +63,15 @@ MAX_FILE_AGE = FILE_SOURCE_MAX_AGE  # (see cdc_lake.config)
 NOT_BLANK = r"\S"
 
 
-def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None) -> DataFrame:
-    """The landing folder as a bounded file stream of normalized change events."""
+def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None, *,
+                history: bool = False) -> DataFrame:
+    """The landing folder as a bounded file stream of normalized change events.
+
+    With ``source.archive_dir`` the pipeline's own stream archives the files of each committed
+    micro-batch (Spark's ``cleanSource=archive``; Spark moves them when it plans the next batch,
+    so the last batch's files wait for the next run with new files), and ``history=True`` (a
+    full refresh: its own throw-away checkpoint, nothing moved) reads the archived files and the
+    landing folder together."""
     reader = (spark.readStream.format("text")
               .option("maxFilesPerTrigger", str(max_files or cfg.max_files_per_trigger))
               .option("maxFileAge", MAX_FILE_AGE))
@@ -72,7 +79,14 @@ def read_events(spark: SparkSession, cfg: PipelineConfig, max_files: int | None)
         reader = reader.option("maxBytesPerTrigger", str(cfg.max_bytes_per_trigger))
     if cfg.file_glob:
         reader = reader.option("pathGlobFilter", cfg.file_glob)
-    lines = (reader.load(str(cfg.landing_path))
+    path = str(cfg.landing_path)
+    if cfg.archive_path is not None:
+        if history:
+            path = history_pattern(cfg.landing_path, cfg.archive_path)
+        else:
+            reader = (reader.option("cleanSource", "archive")
+                      .option("sourceArchiveDir", str(cfg.archive_path)))
+    lines = (reader.load(path)
              .select(F.col("value").alias("_line"), F.col("_metadata.file_path").alias("_file"))
              .where(F.col("_line").rlike(NOT_BLANK)))
     return parser_for(cfg.source_format)(lines)
@@ -238,7 +252,7 @@ def _fast_path_engine(cfg: PipelineConfig, spark: SparkSession | None) -> Engine
 
 def _run_stream(spark: SparkSession, cfg: PipelineConfig, writer: BatchWriter, checkpoint: Path,
                 max_files: int | None) -> list[dict[str, Any]]:
-    events = read_events(spark, cfg, max_files)
+    events = read_events(spark, cfg, max_files, history=checkpoint != cfg.checkpoint_path)
     writer.checkpoint = checkpoint
     writer.rerun = rerun_command("cdc_ingest.py", cfg.file) + (
         "" if checkpoint == cfg.checkpoint_path else " --full-refresh" + (

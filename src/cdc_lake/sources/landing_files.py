@@ -26,8 +26,8 @@ from urllib.parse import unquote, urlsplit
 
 from cdc_lake.checkpoint_log import PipelineStateError, batch_source_entries
 
-__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "check_batch_files_present", "existing",
-           "explain_read_failure", "present", "rerun_command"]
+__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "archived", "check_batch_files_present",
+           "existing", "explain_read_failure", "history_pattern", "present", "rerun_command"]
 
 # Spark reads a file by its codec suffix: `gzip f.json` in place leaves f.json.gz, a new file the
 # stream takes (when the glob lets it), so f.json's lines are not lost.
@@ -39,6 +39,21 @@ def present(path: str, glob: str | None) -> bool:
     return os.path.exists(path) or any(
         os.path.exists(path + ext) and (glob is None or fnmatch.fnmatchcase(
             os.path.basename(path + ext), glob)) for ext in CODEC_SUFFIXES)
+
+
+def archived(archive: str | os.PathLike[str], path: str | os.PathLike[str]) -> str:
+    """Where Spark's ``cleanSource=archive`` moves a processed file: the archive folder plus the
+    file's own absolute path (``archived("/arc", "/land/f.json")`` -> ``/arc/land/f.json``)."""
+    return os.path.join(os.fspath(archive), os.fspath(path).lstrip("/"))
+
+
+def history_pattern(landing: str | os.PathLike[str], archive: str | os.PathLike[str] | None) -> str:
+    """The path a full refresh reads: the landing folder, or with an archive one Hadoop pattern
+    over it and its archived copy, ``/{land,arc/land}`` (absolute local paths without ','; the
+    braces must follow the root, since Spark qualifies a path before globbing it)."""
+    if archive is None:
+        return os.fspath(landing)
+    return "/{" + os.fspath(landing).lstrip("/") + "," + archived(archive, landing).lstrip("/") + "}"
 
 
 def _local(uri: str) -> str | None:
