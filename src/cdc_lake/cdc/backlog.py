@@ -29,12 +29,13 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError
 from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
-                                     read_offsets, read_source_entries, read_source_log,
+                                     read_offsets, read_source_entries,
                                      source_log_files)
 from cdc_lake.paths import mv_aside
 from cdc_lake.sources.landing_files import archived, present
@@ -238,6 +239,29 @@ def _log_offset(cfg: PipelineConfig, batch: int, src: object) -> int:
     return int(src["logOffset"])
 
 
+# Per file-source log file (by path, size and modification time: Spark writes each file once,
+# by rename): its entries as (local path or None for another file system, recorded time in ms).
+# One run reads the log three times before Spark starts (nothing new? a taken file changed? the
+# backlog), and the compact file lists every file ever taken: 0.12 s per read at 15,000 files.
+_LOCAL: dict[tuple[str, int, int], list[tuple[str | None, int | None]]] = {}
+
+
+def _local_entries(path: Path) -> list[tuple[str | None, int | None]]:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    hit = _LOCAL.get(key)
+    if hit is None:
+        hit = []
+        for file_uri, ts in read_source_entries(path):
+            uri = urlsplit(file_uri)
+            local = uri.scheme == "file" and uri.netloc in ("", "localhost")
+            hit.append((os.path.normpath(unquote(uri.path)) if local else None, ts))
+        if len(_LOCAL) >= 64:
+            _LOCAL.clear()
+        _LOCAL[key] = hit
+    return hit
+
+
 def _taken(cfg: PipelineConfig) -> set[str] | None:
     """Local paths the file source took in committed batches; None when the log says something
     this module does not understand (more than one source, a non-local URI)."""
@@ -253,11 +277,10 @@ def _taken(cfg: PipelineConfig) -> set[str] | None:
     for log_id, path in source_log_files(cp, 0):
         if log_id > log_offset:
             continue
-        for file_uri in read_source_log(path):
-            uri = urlsplit(file_uri)
-            if uri.scheme != "file" or uri.netloc not in ("", "localhost"):
-                return None
-            seen.add(os.path.normpath(unquote(uri.path)))
+        entries = _local_entries(path)
+        if any(local is None for local, _ in entries):
+            return None
+        seen.update(local for local, _ in entries)  # type: ignore[misc]
     return seen
 
 
@@ -331,12 +354,20 @@ def check_landed_files_unchanged(cfg: PipelineConfig) -> None:
         return
     taken = _taken_entries(cfg)
     landing = os.path.normpath(str(cfg.landing_path))
+    inside = landing.rstrip(os.sep) + os.sep  # (normalized paths: a prefix test is exact)
     outside = [] if any(ch in landing for ch in "*?[]{}\\") else \
-        [p for p in sorted(taken) if os.path.commonpath([landing, p]) != landing]
+        [p for p in sorted(taken) if not p.startswith(inside)]
     if outside:
         raise LandingMoved(cfg, outside)
+    try:  # files the folder holds now: no stat for a taken file that is gone (archived)
+        names: set[str] | None = {e.name for e in os.scandir(landing)}
+    except OSError:
+        names = None
     changed = []
     for path, recorded in sorted(taken.items()):
+        if names is not None and os.path.dirname(path) == landing \
+                and os.path.basename(path) not in names:
+            continue
         try:
             now = os.stat(path).st_mtime_ns // 1_000_000
         except FileNotFoundError:
@@ -409,10 +440,8 @@ def _taken_entries(cfg: PipelineConfig) -> dict[str, int]:
     for log_id, path in source_log_files(cp, 0):
         if log_id > log_offset:
             continue
-        for file_uri, ts in read_source_entries(path):
-            uri = urlsplit(file_uri)
-            if uri.scheme != "file" or uri.netloc not in ("", "localhost") or ts is None:
+        for local, ts in _local_entries(path):
+            if local is None or ts is None:
                 return {}
-            local = os.path.normpath(unquote(uri.path))
             out[local] = max(ts, out.get(local, ts))
     return out
