@@ -26,7 +26,9 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
    ``events`` the same for a JSON events source; ``events_history`` the flat cost of that
    pipeline (``--enrich-history`` runs of ``--small-events`` in one process, table maintenance
    every ``--maintain-every`` runs, then ``--enrich-big-events`` in one run and the same
-   increment again: run time vs. runs of history and vs. the enriched table's size).
+   increment again: run time vs. runs of history and vs. the enriched table's size);
+6. landing — the flat cost against ``--landing-files`` files of landing history (one event
+   each), without and with ``source.archive_dir`` (``bench_landing.py``).
 
 ``--cases small,enrich`` re-measures a subset; the other cases keep their figures from the last
 ``benchmarks/results/bench.json`` and the report says when each was measured. The report
@@ -59,6 +61,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 
 import bench_enrich as be  # noqa: E402  (enrichment case)
+import bench_landing as bl  # noqa: E402  (landing-history case)
 import bench_report as br  # noqa: E402  (docs/benchmarks.md + plots)
 import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
 from cdc_lake.launch import DRIVER_JAVA_OPTIONS, class_archive, codegen_conf, launch_conf  # noqa: E402
@@ -269,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="events_history: increments run before the large-history point")
     p.add_argument("--enrich-big-events", type=int, default=400_000,
                    help="events_history: events landed in one run to grow the enriched table")
+    p.add_argument("--landing-files", type=int, default=15_000,
+                   help="landing: one-line files of history before the timed increments")
     p.add_argument("--long-events", type=int, default=10_000,
                    help="peer_long: events per run (history x this = the recomputed history)")
     p.add_argument("--maintain-every", type=int, default=10,
@@ -287,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         a.small_events, a.large_events, a.large_files, a.history = 200, 4000, 4, 5
         a.long_events = 400
         a.enrich_history, a.enrich_big_events = 5, 4000
+        a.landing_files = 300
         a.xlarge_events, a.xlarge_files = 8000, 8
         a.maintain_every = min(a.maintain_every, 2)
     reps = a.reps or (1 if a.quick else 3)
@@ -339,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
                 a.maintain_every)
             print(f"[bench]   ratios {res['events_history']['ratio_last_first']} / "
                   f"{res['events_history']['ratio_big_first']}", flush=True)
+        if "landing" in cases:
+            print(f"[bench] flat cost against {a.landing_files} landing files, with and without "
+                  "source.archive_dir", flush=True)
+            res["landing"] = bl.case_landing(work, a.landing_files, a.small_events, Landing)
+            print(f"[bench]   ratios {res['landing']['plain']['ratio']} / "
+                  f"{res['landing']['archive']['ratio']}", flush=True)
         for c in cases:
             res[c]["date"] = date
             res[c]["jvm_archive"] = class_archive(LAUNCH.get(DRIVER_JAVA_OPTIONS))  # both sides

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 TARGETS = {"small": 1.3, "large": 1.5, "flat": 1.2, "peer": 10.0}
-CASES = ("small", "large", "xlarge", "flat", "peer_long", "enrich", "events", "events_history")
+CASES = ("small", "large", "xlarge", "flat", "peer_long", "enrich", "events", "events_history",
+         "landing")
 
 
 def plots(res: dict[str, Any], img: Path) -> list[str]:
@@ -130,6 +131,18 @@ def report(res: dict[str, Any], pngs: list[str]) -> str:
              f"{h['after_big_median_s']} s", f"{h['first_s']} s", h["ratio_big_first"],
              f"≤ {TARGETS['flat']}×", verdict(h["ratio_big_first"], TARGETS["flat"])),
         ]
+    if "landing" in res:
+        lh = res["landing"]
+        for mode, label in (("plain", "no archive"), ("archive", "source.archive_dir")):
+            m = lh[mode]
+            moved = (f"; the run that archived the history's files {m['archive_move_s']} s, "
+                     "not counted" if mode == "archive" else "")
+            rows.append((f"flat cost, landing history ({label})",
+                         f"the same {lh['events_per_run']}-event increment after "
+                         f"{lh['history_files']} landed files vs. onto an empty lake (one warm "
+                         f"process; {m['landing_files_now']} file(s) left in the landing folder{moved})",
+                         f"{m['last_s']} s", f"{m['first_s']} s", m["ratio"],
+                         f"≤ {TARGETS['flat']}×", verdict(m["ratio"], TARGETS["flat"])))
     dates = sorted({res[c].get("date", res["date"]) for c in CASES if c in res})
     table = "\n".join(f"| {a} | {b} | {c} | {d} | **{e}×** | {g} | {h} |" for a, b, c, d, e, g, h in rows)
     marks = ", ".join(f"after {k}: {v} s" for k, v in f["at"].items())

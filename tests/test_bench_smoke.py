@@ -22,7 +22,9 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     for case in ("small increment", "large batch", "flat cost", "peer", "peer, long history",
                  "enrichment: small increment", "enrichment: large batch",
                  "enrichment, events: small increment", "enrichment, events: large batch",
-                 "enrichment, events: flat cost", "enrichment, events: large history"):
+                 "enrichment, events: flat cost", "enrichment, events: large history",
+                 "flat cost, landing history (no archive)",
+                 "flat cost, landing history (source.archive_dir)"):
         assert f"| {case} |" in report
     assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-ratios.png").stat().st_size > 1000
@@ -35,4 +37,7 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     assert res["events"]["large"]["events"] == 4000 and res["events"]["small"]["median_job_s"] > 0
     h = res["events_history"]
     assert len(h["run_s"]) == 5 and h["big_events"] == 4000 and h["enriched_rows"] == 5 * 200 + 4000 + 3 * 200
+    lh = res["landing"]
+    assert lh["history_files"] == 300 and lh["archive"]["landing_files_now"] == 1 \
+        and lh["plain"]["landing_files_now"] == 4 + 300 + 1 + 3, lh
     assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"
