@@ -40,7 +40,8 @@ from cdc_lake.enrich.preflight import preflight
 from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
                                    check_tables, record_definitions, recovery_command)
 from cdc_lake.enrich.table_damage import check_dimensions_present, check_inputs_present
-from cdc_lake.enrich.writer import EnrichBatch, EnrichStats
+from cdc_lake.enrich.counts import EnrichStats
+from cdc_lake.enrich.writer import EnrichBatch
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
 from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,

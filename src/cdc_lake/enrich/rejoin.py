@@ -271,7 +271,7 @@ class Passes:
     interruption (``resumed``), run after the stream (``ran``, with ``reason``)."""
 
     def __init__(self) -> None:
-        from cdc_lake.enrich.writer import EnrichStats
+        from cdc_lake.enrich.counts import EnrichStats
 
         self.stats = EnrichStats()
         self.resumed: list[int] = []

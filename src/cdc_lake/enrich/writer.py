@@ -22,8 +22,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from cdc_lake.enrich import outputs as out
 from cdc_lake.enrich import pending as pd
 from cdc_lake.enrich.columns import CORRUPT, SOURCE_FILE
 from cdc_lake.enrich.config import EnrichConfig
+from cdc_lake.enrich.counts import EnrichStats, batch_counts
 from cdc_lake.enrich.joins import DimensionFrame, check_dimension, join_dimensions
 from cdc_lake.enrich.normalize import cols, fact_rows, latest_per_key
 from cdc_lake.enrich.plan import (BatchPlan, commit_fingerprint, load_or_create_plan, now_utc,
@@ -52,57 +51,10 @@ from cdc_lake.sources.landing_files import (LandedFileMissing, check_batch_files
                                             explain_read_failure, rerun_command)
 
 
-@dataclass
-class EnrichStats:
-    batch_ids: list[int] = field(default_factory=list)
-    facts_read: int = 0
-    enriched_upserted: int = 0
-    enriched_deleted: int = 0
-    parked: int = 0
-    released: int = 0
-    released_unknown: int = 0
-    restated: int = 0
-    aggregate_rows_touched: int = 0
-    quarantined: int = 0
-    dropped_late: int = 0  # events at or before the batch's watermark (kept in quarantine)
-    skipped_writes: int = 0
-    replayed_batches: int = 0
-    driver_read_batches: int = 0  # micro-batches read by delta-rs in the driver
-    dimension_versions: dict[str, int | None] = field(default_factory=dict)
-    tables: dict[str, int | None] = field(default_factory=dict)
-    batch_seconds: list[float] = field(default_factory=list)
-    # the earliest start pinned by a batch of this run (a replayed batch keeps its first
-    # attempt's): facts parked from then on were parked by this run (enrich.rejoin.due)
-    planned_from: datetime | None = None
-
-
 def crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         print(f"[enrich] fault injection: SIGKILL at {name}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _batch_counts(norm_counts: DataFrame, fated: DataFrame) -> tuple[dict[tuple[bool, bool], int], int, int, dict[str, int]]:
-    """``(counts, ties, deletes, fates)`` of a batch from one Spark job: the normalized changes
-    per (bad, late) with the number of fact keys changed twice in the commit and the number of
-    deletes among the good ones, and the candidates per fate. Two collects were two jobs on a
-    cold JVM (800-fact-change spark-submits in alternating pairs: the batch's steps 0.4-1.2 s
-    faster in each of 7, the wall faster in 5 of 7, median -0.8 s; docs/benchmarks.md)."""
-    tag, none = F.lit(None).cast("boolean"), F.lit(None).cast("bigint")
-    both = norm_counts.select(F.lit("norm").alias("_of"), F.lit(None).cast("string").alias("_fate"),
-                              "_bad", "late", "n", "ties", "dels").unionByName(
-        fated.groupBy("_fate").agg(F.count("*").alias("n")).select(
-            F.lit("fate").alias("_of"), "_fate", tag.alias("_bad"), tag.alias("late"), "n",
-            none.alias("ties"), none.alias("dels")))
-    counts: dict[tuple[bool, bool], int] = {}
-    ties, dels, fates = 0, 0, {}
-    for r in both.collect():
-        if r["_of"] == "norm":
-            counts[(r["_bad"], r["late"])] = r["n"]
-            ties, dels = ties + (r["ties"] or 0), dels + (r["dels"] or 0)
-        else:
-            fates[r["_fate"]] = r["n"]
-    return counts, ties, dels, fates
 
 
 class EnrichBatch:
@@ -259,7 +211,7 @@ class EnrichBatch:
         joined = join_dimensions(cands, cfg.dimensions, frames, cfg.event_time)
         fated = pin(pd.with_fate(joined, plan.started_at, cfg.late_wait))
         cached.append(fated)
-        counts, ties, n_deletes, fates = _batch_counts(norm_counts, fated)
+        counts, ties, n_deletes, fates = batch_counts(norm_counts, fated)
         if cfg.fact.kind == "events" and not self.rejoin:  # every file read: were they all still there?
             try:
                 check_batch_files_present(cfg.checkpoint_path, batch_id, pipeline=cfg.name,
