@@ -139,9 +139,10 @@ def report(res: dict[str, Any], pngs: list[str]) -> str:
                      "not counted" if mode == "archive" else "")
             rows.append((f"flat cost, landing history ({label})",
                          f"the same {lh['events_per_run']}-event increment after "
-                         f"{lh['history_files']} landed files vs. onto an empty lake (one warm "
-                         f"process; {m['landing_files_now']} file(s) left in the landing folder{moved})",
-                         f"{m['last_s']} s", f"{m['first_s']} s", m["ratio"],
+                         f"{lh['history_files']} landed files vs. on a pipeline without them "
+                         f"(runs alternating, new session; {m['landing_files_now']} file(s) left "
+                         f"in the landing folder{moved})",
+                         f"{m['last_s']} s", f"{m['first_s']} s (no file history)", m["ratio"],
                          f"≤ {TARGETS['flat']}×", verdict(m["ratio"], TARGETS["flat"])))
     dates = sorted({res[c].get("date", res["date"]) for c in CASES if c in res})
     table = "\n".join(f"| {a} | {b} | {c} | {d} | **{e}×** | {g} | {h} |" for a, b, c, d, e, g, h in rows)
@@ -568,6 +569,30 @@ def _bounds(res: dict[str, Any]) -> str:
         "same dimension rows every one of them would be kept as it is; the decision is pinned in "
         "the batch plan so a replay makes the same one, `tests/test_enrich_rejoin.py`). "
         "`--cases events,events_history` after it, on a sitting about 1.8x slower than the morning's (read+count 6.73 s against 3.81 s): run 50 vs run 2 1.04x, onto the 442k-row table 1.30x (9.68 vs 7.43 s; compute 1.6-1.9 s per batch, as on a small table; the MERGE into the larger table 0.5-0.6 s against 0.1 s; the read step 3.1-3.2 s): the remaining growth is the delta-rs MERGE scanning its target and the one pinned read. Events small increment 21.40 vs 6.73 s, 3.18x; large batch 33.95 vs 8.21 s, 4.14x (3.03x / 3.70x in the morning's faster sitting; the large batch writes into an empty output and does not run the changed code). Cold small increments alternating with the tree before this session (an events lake of 3,200 events, 800 new per run, 3 pairs on the slow sitting): 23.71 / 27.45 / 26.08 s before, 23.41 / 26.26 / 24.62 s after, the new tree faster in each pair. `tests/test_enrich_rejoin.py` checks the re-join decision (red with the decision forced either way); the enrichment tests and the random histories against the reference model (slow tier too) pass.")
+    lines.append(
+        "2026-12-01, evening (the landing folder's history: `--cases landing`). The issue names "
+        "the landing folder, listed on every run, as a cost that grows with history. Measured "
+        "with three pipelines whose runs alternate (the same 800-event increments; two of them "
+        "first ingest 15,000 one-line files of a table the pipeline ignores, so their Delta "
+        "tables do not grow; the timed runs in a new session, as a scheduled run is a new "
+        "driver): no file history 4.15 s, 15,000 files in the landing folder 6.42 s (1.55x), the "
+        "same with `source.archive_dir` (Spark's `cleanSource=archive`; the landing folder then "
+        "holds one file) 5.12 s (1.23x; 0.80x the plain one). Where the plain run's 2.3 s go: "
+        "Spark lists the folder to build the stream (`load()` alone 0.4-0.5 s warm at 15,000 "
+        "files, for partition columns, even with a schema given; 0.02 s on the archived folder), "
+        "the stream's time outside its micro-batch 1.9-2.2 s against 0.6 s without history "
+        "(query progress against wall time), and the job's checks before Spark (they read the "
+        "file-source log three times: now once per run, each log file parsed once, and only "
+        "taken files still in the folder are stat'ed: with the archive 0.40 -> 0.17 s at 15,000 files). What still "
+        "grows with the archive on (about 1 s at 15,000 files): Spark's file-source metadata log "
+        "keeps every file it took (its compact file, 1.5 MB here, is read at every query start, "
+        "and Spark has no retention for it) and the job's checkpoint check reads it too. The "
+        "run that archived the 15,000 files took 6.6 s (plain: 9.3 s for the same increment, "
+        "listing them). A first attempt ran the timed increments in the session that had just "
+        "ingested the history: every run there was about 3 s slower with or without the archive "
+        "(1.55x / 1.57x), a state of that session rather than of the pipelines; an attempt whose "
+        "history was merged into the tables (15,000 events, no maintenance) grew both modes 1.5x "
+        "through the tables, the `flat` case's subject.")
     return "\n\n".join(lines)
 
 

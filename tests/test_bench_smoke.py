@@ -39,5 +39,5 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     assert len(h["run_s"]) == 5 and h["big_events"] == 4000 and h["enriched_rows"] == 5 * 200 + 4000 + 3 * 200
     lh = res["landing"]
     assert lh["history_files"] == 300 and lh["archive"]["landing_files_now"] == 1 \
-        and lh["plain"]["landing_files_now"] == 4 + 300 + 1 + 3, lh
+        and lh["plain"]["landing_files_now"] == 2 + 300 + 1 + 1 + 3, lh
     assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"
