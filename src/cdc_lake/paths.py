@@ -110,7 +110,8 @@ _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 # write_deltalake: [ ] ^ | raise a Rust panic, \\ and control characters a DeltaError).
 _URL_REFUSED = frozenset("[]^|\\")
 _NOT_DELTA = frozenset({"storage.checkpoint", "storage.state", "storage.runs", "capture.state",
-                        "source.path (written by capture)", "source.archive_dir"})  # plain files, no Delta table
+                        "source.path (written by capture)",
+                        "source.archive_dir"})  # plain files, no Delta table
 
 
 def check_path_escapes(cfg: Any) -> None:

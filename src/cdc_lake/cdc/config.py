@@ -298,15 +298,16 @@ def _check_own_paths(file: Path, tables: dict[str, TableConfig], landing: Path, 
 
 
 def _check_archive(file: Path, landing: Path, archive: Path) -> None:
-    """``source.archive_dir`` must be an absolute local folder outside the landing folder (Spark
-    moves ``<landing>/f.json`` to ``<archive_dir>/<landing>/f.json``), and neither path may hold
-    a ``,``: a full refresh reads both through one Hadoop pattern ``/{<landing>,<archived>}``,
-    whose alternatives a comma separates."""
+    """With ``source.archive_dir`` (outside the landing folder: the own-path check) both folders
+    must be local (Spark moves ``<landing>/f.json`` to ``<archive_dir>/<landing>/f.json``), and
+    neither path may hold a ``,``: a full refresh reads both through one Hadoop pattern
+    ``/{<landing>,<archived>}``, whose alternatives a comma separates. (Both are absolute:
+    :meth:`Reader.path` resolves them.)"""
     for key, p in (("source.path", landing), ("source.archive_dir", archive)):
-        if ":" in str(p) or not Path(p).is_absolute():
+        if ":" in str(p):
             raise ConfigError(file, key, (
-                f"{str(p)!r}: with source.archive_dir both folders must be local absolute paths "
-                "(a relative path resolves against the pipeline file's folder)"))
+                f"{str(p)!r}: with source.archive_dir both folders must be local paths (Spark "
+                "archives by renaming within one file system; a URI is not supported here)"))
         if "," in str(p):
             raise ConfigError(file, key, (
                 f"{str(p)!r} holds ',': a full refresh reads the landing folder and the archive "
