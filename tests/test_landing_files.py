@@ -194,3 +194,30 @@ def test_a_composite_key_quarantine_reason_names_only_the_missing_columns(spark,
     assert reasons == [f"missing key column(s) ['line_no'] {key}",  # event 2
                        f"missing key column(s) ['order_id', 'line_no'] {key}",  # event 3: neither
                        f"missing key column(s) ['order_id'] {key}"], reasons  # event 1: null
+
+
+def test_a_batch_of_many_small_files_is_read_in_one_task_per_core(spark, tmp_path, monkeypatch):
+    """Spark's file source counts each file as 4 MiB (``openCostInBytes``) when it packs files
+    into read tasks, so a batch of one-line files was read in one task per ~32 files and every
+    stage over its rows ran as many (1,000 files: 6.9 s against 2.8 s for the same 1,000 events
+    in one file, warm session, 2026-12-01). The batch is now coalesced to one task per 32 MiB of
+    its files, at least one per core (``read_partitions``), and its rows are the same."""
+    cores = spark.sparkContext.defaultParallelism
+    files = 100 * cores
+    cfg = pipeline(tmp_path)
+    for i in range(files):
+        land(cfg.landing_path, f"f{i:05d}.json", event(i, typ="insert"))
+    planned = spark.read.text(str(cfg.landing_path)).rdd.getNumPartitions()
+    assert planned > 2 * cores, planned  # what Spark plans for them: the test can see a change
+    seen: list[int] = []
+    real = bw.survey
+
+    def survey(ev, *a, **k):  # type: ignore[no-untyped-def]
+        seen.append(ev.rdd.getNumPartitions())  # the batch rows every later step reads
+        return real(ev, *a, **k)
+
+    monkeypatch.setattr(bw, "survey", survey)
+    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    assert seen == [cores], (seen, planned)
+    assert s["events_read"] == files and rows(cfg.tables["orders"].path) == {
+        i: f"s{i}" for i in range(files)}

@@ -31,7 +31,8 @@ from cdc_lake.cdc.discovery import (UNKNOWN, observe, plan_table, refuse_non_obj
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.engines import Computed, Engine, Source, Txn, WriteResult
-from cdc_lake.sources.landing_files import check_batch_files_present, explain_read_failure
+from cdc_lake.sources.landing_files import (check_batch_files_present, explain_read_failure,
+                                            read_partitions)
 
 CRASH_ENV = "CDC_CRASH_AT"  # fault injection for tests: SIGKILL this driver at a named point
 
@@ -243,6 +244,10 @@ class BatchWriter:
         started = time.monotonic()
         _crash_point("batch_start")
         txn = Txn(self.app_id, batch_id)
+        if self.checkpoint is not None:  # many small files: one read task per core, not per 4 MiB
+            parts = read_partitions(self.checkpoint, batch_id,
+                                    batch.sparkSession.sparkContext.defaultParallelism)
+            batch = batch.coalesce(parts) if parts else batch
         ev = batch.withColumn("_target", self._route).persist()
         self._cached: list[DataFrame] = [ev]
         try:
