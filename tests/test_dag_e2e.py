@@ -33,6 +33,7 @@ from airflow_env import DAGS_FOLDER, REPO, airflow_db  # noqa: F401
 from sqlalchemy import select
 
 from cdc_lake import jvm_archive
+from cdc_lake.launch import C1_ONLY
 from cdc_lake.airflow.hook import CdcSparkSubmitHook
 from cdc_lake.airflow.assets import format_summary
 from cdc_lake.runids import run_summary_path, safe_run_id
@@ -196,7 +197,7 @@ def test_success_builds_the_command_and_returns_the_summary(monkeypatch, tmp_pat
     # a 0-file backlog: C1-only JIT; plus the class archive when make setup built a usable one
     [jvm] = [c.split("=", 1)[1] for c in confs if c.startswith("spark.driver.defaultJavaOptions=")]
     archive = jvm_archive.option()
-    assert jvm.split() == ["-XX:TieredStopAtLevel=1"] + ([archive] if archive else []), jvm
+    assert jvm.split() == C1_ONLY.split() + ([archive] if archive else []), jvm
     assert "--packages" not in options  # engine auto: no JVM Delta packages
     assert options[options.index("--name") + 1] == "cdc_lake-e2e_ok"
 

@@ -23,6 +23,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, AssetAlias
 from airflow_env import DAGS_FOLDER, REPO, airflow_db  # noqa: F401
 
+from cdc_lake.launch import C1_ONLY
 from cdc_lake.airflow.dag_factory import MAX_RETRY_DELAY, RETRY_BACKOFF, RETRY_DELAY, TASK_ID
 from cdc_lake.airflow.hook import CdcSparkSubmitHook
 from cdc_lake.airflow.operator import JOB_SCRIPT, CdcSparkSubmitOperator
@@ -287,7 +288,7 @@ def test_delta_spark_engine_gets_packages_or_jars(monkeypatch, tmp_path):
     assert pk.conf["spark.pyspark.python"] == "/opt/py/bin/python"  # configured wins over sys.executable
     assert pk.conf["spark.driver.defaultJavaOptions"] == ""  # configured wins over the C1-only default
     jr = bag.dags["with_jars"].tasks[0]
-    assert jr.conf["spark.driver.defaultJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    assert jr.conf["spark.driver.defaultJavaOptions"] == C1_ONLY
     assert jr.jars == f"{jars / 'delta-spark_2.13-4.4.1.jar'},{jars / 'delta-storage-4.4.1.jar'}"
     assert jr.packages is None
     em = bag.dags["embedded"].tasks[0]
