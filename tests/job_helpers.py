@@ -80,3 +80,49 @@ def run_cli(spark, yaml: Path, *args: str, run_id: str = "cli"):  # type: ignore
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = mod.main(argv)
     return subprocess.CompletedProcess([str(job), *argv], code, out.getvalue(), err.getvalue())
+
+
+def stream_stage_tasks(spark, run):  # type: ignore[no-untyped-def]
+    """``(run(), tasks)``: ``tasks`` maps each Spark stage that the streaming queries started
+    during ``run()`` ran (their jobs: Spark's job group is the query's run id) to its number of
+    tasks, from Spark's status tracker."""
+    import time
+
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Started(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.run_ids: list[str] = []
+
+        def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+            self.run_ids.append(str(event.runId))
+
+        def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    listener = Started()
+    spark.streams.addListener(listener)
+    try:
+        result = run()
+        deadline = time.monotonic() + 30  # the listener bus delivers asynchronously
+        while not listener.run_ids and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        spark.streams.removeListener(listener)
+    assert listener.run_ids, "no streaming query started"
+    tracker = spark.sparkContext.statusTracker()
+    tasks: dict[int, int] = {}
+    for run_id in listener.run_ids:
+        for job in tracker.getJobIdsForGroup(run_id):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info else []:
+                s = tracker.getStageInfo(stage)
+                if s is not None:
+                    tasks[stage] = s.numTasks
+    return result, tasks

@@ -3,13 +3,18 @@ patterns, sub-folders, a ``glob:`` that matches nothing (testers, 2026-11-29).""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import textwrap
+import time
 
+import pyarrow as pa
 import pytest
-from job_helpers import event, land, pipeline, rows, run_cli
+from deltalake import write_deltalake
+from job_helpers import event, land, pipeline, rows, run_cli, stream_stage_tasks
 
 import cdc_lake.cdc.batch_writer as bw
 from cdc_lake.cdc.job import run_pipeline
@@ -217,7 +222,77 @@ def test_a_batch_of_many_small_files_is_read_in_one_task_per_core(spark, tmp_pat
         return real(ev, *a, **k)
 
     monkeypatch.setattr(bw, "survey", survey)
-    s = run_pipeline(cfg, spark=spark, run_id="r1")
+    s, tasks = stream_stage_tasks(spark, lambda: run_pipeline(cfg, spark=spark, run_id="r1"))
     assert seen == [cores], (seen, planned)
+    # and no stage of the run had more tasks than the job's shuffle partitions (max(4, 2 x
+    # cores), spark_session): neither a read task per 32 files, nor a listing job of one task
+    # per file (Spark lists more than 32 paths with a Spark job: a stream's batch names each)
+    assert tasks and max(tasks.values()) <= max(4, 2 * cores) < files, tasks
     assert s["events_read"] == files and rows(cfg.tables["orders"].path) == {
         i: f"s{i}" for i in range(files)}
+
+
+def test_an_events_batch_of_many_small_files_lists_them_on_the_driver_and_keeps_late_ones(
+        spark, tmp_path, monkeypatch):
+    """The same for an enrichment's events folder: a micro-batch of more than 32 files made
+    Spark list them with a Spark job of one task per file, twice from its third batch on (the
+    stream's own read, and the job's second read of the batch's files for the events Spark's
+    dedup dropped as late): 1,000 one-line files 14.5 s against 2.6 s in one file (warm session,
+    2026-12-01). Now no stage has a task per file, and the truth holds: with the watermark one
+    hour behind the newest event of the batches before, every event at or before it is late
+    (quarantined, Spark's own drops included), every other one enriched."""
+    from test_enrich_late_events import YAML, _rows
+
+    from cdc_lake.config import load_pipeline
+    from cdc_lake.enrich.job import run_enrich
+
+    write_deltalake(str(tmp_path / "products"), pa.table({"id": pa.array([1], pa.int64()),
+                                                          "cat": ["fruit"]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    f = tmp_path / "p.yaml"
+    f.write_text(textwrap.dedent(YAML.replace("TRIGGER", "available_now").replace(
+        "ID_TYPE", "string").replace("max_files_per_trigger: 1", "max_files_per_trigger: 100000")))
+    cfg = load_pipeline(f)
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    stamp = [time.time() - 100_000]
+
+    def land_events(name: str, *events: tuple[str, str]) -> None:
+        (folder / name).write_text("".join(json.dumps(
+            {"event_id": i, "product_id": 1, "qty": 1, "event_ts": t}) + "\n" for i, t in events))
+        stamp[0] += 10
+        os.utime(folder / name, (stamp[0], stamp[0]))
+
+    land_events("a.json", ("a", "2026-01-02T10:00:00Z"))
+    run_enrich(cfg, spark=spark, run_id="r1")  # batch 0
+    land_events("b.json", ("b", "2026-01-02T12:00:00Z"))
+    run_enrich(cfg, spark=spark, run_id="r2")  # batch 1: the watermark is now 11:00
+    files = 100 * spark.sparkContext.defaultParallelism
+    # batch 2: one event per file; Spark's dedup drops those at or before the watermark the
+    # batch before used (09:00), the job finds those after it up to 11:00
+    times = ["08:30", "10:30", "13:00"]
+    expect: dict[str, set[str]] = {t: set() for t in times}
+    for n in range(files):
+        t = times[n % 3]
+        land_events(f"e{n:05d}.json", (f"e{n}", f"2026-01-02T{t}:00Z"))
+        expect[t].add(f"e{n}")
+    import cdc_lake.enrich.fact_source as fs
+
+    reread: list[int] = []
+    real = fs.dropped_late_events
+
+    def dropped_late_events(*a, **k):  # type: ignore[no-untyped-def]
+        found = real(*a, **k)
+        reread.append(-1 if found is None else found[0].rdd.getNumPartitions())
+        return found
+
+    monkeypatch.setattr(fs, "dropped_late_events", dropped_late_events)
+    _, tasks = stream_stage_tasks(spark, lambda: run_enrich(cfg, spark=spark, run_id="r3"))
+    assert tasks and max(tasks.values()) < files // 2, tasks  # no listing job of a task per file
+    # the second read of the batch's files: one task per core, as a CDC batch's read
+    assert reread == [spark.sparkContext.defaultParallelism], reread
+    enriched = {r["event_id"] for r in _rows(tmp_path / "gold/ev")}
+    assert enriched == {"a", "b"} | expect["13:00"], len(enriched)
+    late = {json.loads(r["raw_line"])["event_id"] for r in _rows(tmp_path / "gold/_quarantine")
+            if r["reason"].startswith("late event")}
+    assert late == expect["08:30"] | expect["10:30"], len(late)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark import SparkContext
@@ -238,6 +239,29 @@ def batch_handler(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
+@contextmanager
+def session_settings(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Within: the session runs with ``conf``; each key's own value (or its absence) is put
+    back after. For settings a query or a read takes when it is created (a streaming query
+    keeps the copy of the session's conf it took at start; a file read lists its files when
+    ``spark.read...`` returns)::
+
+        with session_settings(spark, {NO_DATA_BATCHES: "false"}):
+            query = writer.start()
+    """
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 def start_without_no_data_batches(spark: SparkSession, writer: Any) -> Any:
     """``writer.start()`` (a ``DataStreamWriter``) with Spark's no-data micro-batches off for
     this query; the session's own setting is put back once the query has started (the query
@@ -252,15 +276,8 @@ def start_without_no_data_batches(spark: SparkSession, writer: Any) -> Any:
 
         query = start_without_no_data_batches(spark, stream.writeStream.foreachBatch(fn))
     """
-    before = spark.conf.get(NO_DATA_BATCHES, None)
-    spark.conf.set(NO_DATA_BATCHES, "false")
-    try:
+    with session_settings(spark, {NO_DATA_BATCHES: "false"}):
         return writer.start()
-    finally:
-        if before is None:
-            spark.conf.unset(NO_DATA_BATCHES)
-        else:
-            spark.conf.set(NO_DATA_BATCHES, before)
 
 
 def check_file_name_encoding(spark: SparkSession, cfg: Any) -> None:

@@ -84,7 +84,8 @@ def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
                                 recovery_command(cfg)) from None
     if not files:
         return None
-    from cdc_lake.sources.landing_files import check_batch_files_present, existing, rerun_command
+    from cdc_lake.sources.landing_files import (check_batch_files_present, existing,
+                                                read_partitions, rerun_command)
 
     # a file gone since the batch was planned: exit 3 naming it, before this read fails on it
     # (tester: PATH_NOT_FOUND, exit 1); one compressed in place is read later as a new file
@@ -93,8 +94,11 @@ def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
     files = existing(files)
     if not files:
         return None
-    lines = (spark.read.text([_hadoop_path(u) for u in files])
-             .select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)))
+    # (``spark`` is the stream's session: it lists local files on the driver, enrich.job)
+    lines = spark.read.text([_hadoop_path(u) for u in files])
+    parts = read_partitions(cp, batch_id, spark.sparkContext.defaultParallelism)
+    lines = (lines.coalesce(parts) if parts else lines).select(
+        "value", F.col("_metadata.file_path").alias(SOURCE_FILE))
     df = with_checked_values(parse_lines(lines, ev), ev)
     late = (F.col(f"`{ev.id}`").isNotNull() & F.col(f"`{CORRUPT}`").isNull()
             & (F.col(f"`{ev.time}`") <= F.timestamp_millis(F.lit(wm))))

@@ -44,8 +44,9 @@ from cdc_lake.enrich.counts import EnrichStats
 from cdc_lake.enrich.writer import EnrichBatch
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
+from cdc_lake.sources.landing_files import driver_listing_conf
 from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
-                                    start_without_no_data_batches)
+                                    session_settings, start_without_no_data_batches)
 from cdc_lake.summary import record_failure, record_summary
 
 REPROCESS_MARK = "enrich_reprocess.json"
@@ -218,8 +219,13 @@ def _run_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: 
               .foreachBatch(batch_handler(handler))
               .option("checkpointLocation", str(cfg.checkpoint_path)))
         ws = ws.trigger(availableNow=True) if cfg.trigger == "available_now" else ws.trigger(once=True)
-        query = start_without_no_data_batches(spark, ws)  # (no batch without facts)
-        query.awaitTermination()
+        # an events batch's files listed on the driver, not by a Spark job of one task per file
+        # (set for the query's life, as the CDC job does)
+        listing = (driver_listing_conf([str(cfg.fact.events.path)]) if cfg.fact.events is not None
+                   else {})
+        with session_settings(spark, listing):
+            query = start_without_no_data_batches(spark, ws)  # (no batch without facts)
+            query.awaitTermination()
     except Exception as e:
         overflow = agg_mod.overflow_in(cfg, errors[0] if errors else e)
         if overflow is not None:

@@ -28,7 +28,8 @@ from cdc_lake.checkpoint_log import PipelineStateError, batch_source_entries
 
 __all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "TASK_BYTES", "archived",
            "check_batch_files_present", "existing", "explain_read_failure", "history_pattern",
-           "present", "read_partitions", "rerun_command"]
+           "LISTING_THRESHOLD", "driver_listing_conf", "present", "read_partitions",
+           "rerun_command"]
 
 # Spark reads a file by its codec suffix: `gzip f.json` in place leaves f.json.gz, a new file the
 # stream takes (when the glob lets it), so f.json's lines are not lost.
@@ -96,6 +97,28 @@ def read_partitions(checkpoint: Path, batch_id: int, parallelism: int,
         except OSError:  # gone: check_batch_files_present names it after the read
             continue
     return max(parallelism, -(-total // task_bytes))
+
+
+LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+def driver_listing_conf(uris: list[str]) -> dict[str, str]:
+    """Session settings under which Spark lists these files (or folders) on the driver: all
+    local ones; none ({}) when any is on another file system.
+
+    Given more than 32 paths, Spark lists them with a Spark job of one task per path
+    (``parallelPartitionDiscovery``, meant for remote stores). A file stream does so for every
+    micro-batch (its batch's files are paths of their own: ``getBatch`` 3.5 s for 1,000
+    one-line files, 2026-12-01), and so does a read of a batch's files; on the driver it is a
+    ``stat`` per file. A streaming query takes the setting at start, a read when
+    ``spark.read...`` returns::
+
+        with session_settings(spark, driver_listing_conf([str(cfg.landing_path)])):
+            query = writer.start()
+    """
+    if not uris or any(_local(u) is None for u in uris):
+        return {}
+    return {LISTING_THRESHOLD: str(2**31 - 1)}
 
 
 def _local(uri: str) -> str | None:
