@@ -29,6 +29,8 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
    increment again: run time vs. runs of history and vs. the enriched table's size);
 6. landing — the flat cost against ``--landing-files`` files of landing history (one event
    each), without and with ``source.archive_dir`` (``bench_landing.py``).
+7. files — the same ``--small-events`` increment as one file and as ``--small-files`` files, CDC
+   and events pipelines, runs alternating in one warm session (``bench_files.py``).
 
 ``--cases small,enrich`` re-measures a subset; the other cases keep their figures from the last
 ``benchmarks/results/bench.json`` and the report says when each was measured. The report
@@ -61,6 +63,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(HERE))
 
 import bench_enrich as be  # noqa: E402  (enrichment case)
+import bench_files as bf  # noqa: E402  (many-small-files case)
 import bench_landing as bl  # noqa: E402  (landing-history case)
 import bench_report as br  # noqa: E402  (docs/benchmarks.md + plots)
 import bench_ingest as bi  # noqa: E402  (generator, RSS sampler, phase runner)
@@ -274,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="events_history: events landed in one run to grow the enriched table")
     p.add_argument("--landing-files", type=int, default=15_000,
                    help="landing: one-line files of history before the timed increments")
+    p.add_argument("--small-files", type=int, default=1000,
+                   help="files: the increment's events spread over this many files")
     p.add_argument("--long-events", type=int, default=10_000,
                    help="peer_long: events per run (history x this = the recomputed history)")
     p.add_argument("--maintain-every", type=int, default=10,
@@ -293,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         a.long_events = 400
         a.enrich_history, a.enrich_big_events = 5, 4000
         a.landing_files = 300
+        a.small_files = 100
         a.xlarge_events, a.xlarge_files = 8000, 8
         a.maintain_every = min(a.maintain_every, 2)
     reps = a.reps or (1 if a.quick else 3)
@@ -351,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
             res["landing"] = bl.case_landing(work, a.landing_files, a.small_events, Landing)
             print(f"[bench]   ratios {res['landing']['plain']['ratio']} / "
                   f"{res['landing']['archive']['ratio']}", flush=True)
+        if "files" in cases:
+            print(f"[bench] {a.small_events} events in one file vs {a.small_files} files", flush=True)
+            res["files"] = bf.case_files(work, a.small_files, a.small_events, reps, Landing)
+            print(f"[bench]   ratios {res['files']['cdc']['ratio']} / "
+                  f"{res['files']['events_source']['ratio']}", flush=True)
         for c in cases:
             res[c]["date"] = date
             res[c]["jvm_archive"] = class_archive(LAUNCH.get(DRIVER_JAVA_OPTIONS))  # both sides

@@ -11,7 +11,7 @@ from typing import Any
 
 TARGETS = {"small": 1.3, "large": 1.5, "flat": 1.2, "peer": 10.0}
 CASES = ("small", "large", "xlarge", "flat", "peer_long", "enrich", "events", "events_history",
-         "landing")
+         "landing", "files")
 
 
 def plots(res: dict[str, Any], img: Path) -> list[str]:
@@ -144,6 +144,15 @@ def report(res: dict[str, Any], pngs: list[str]) -> str:
                          f"in the landing folder{moved})",
                          f"{m['last_s']} s", f"{m['first_s']} s (no file history)", m["ratio"],
                          f"≤ {TARGETS['flat']}×", verdict(m["ratio"], TARGETS["flat"])))
+    if "files" in res:
+        fc = res["files"]
+        for key, label in (("cdc", "CDC"), ("events_source", "enrichment, events")):
+            m = fc[key]
+            rows.append((f"many small files, {label}",
+                         f"the same {fc['events']}-event increment in {fc['files']} files vs. in "
+                         "one file (runs alternating, warm session)", f"{m['median_many_s']} s",
+                         f"{m['median_one_s']} s (one file)", m["ratio"], "—",
+                         "no target in the issue"))
     dates = sorted({res[c].get("date", res["date"]) for c in CASES if c in res})
     table = "\n".join(f"| {a} | {b} | {c} | {d} | **{e}×** | {g} | {h} |" for a, b, c, d, e, g, h in rows)
     marks = ", ".join(f"after {k}: {v} s" for k, v in f["at"].items())

@@ -24,7 +24,8 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
                  "enrichment, events: small increment", "enrichment, events: large batch",
                  "enrichment, events: flat cost", "enrichment, events: large history",
                  "flat cost, landing history (no archive)",
-                 "flat cost, landing history (source.archive_dir)"):
+                 "flat cost, landing history (source.archive_dir)",
+                 "many small files, CDC", "many small files, enrichment, events"):
         assert f"| {case} |" in report
     assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
     assert (tmp_path / "img" / "bench-ratios.png").stat().st_size > 1000
@@ -40,4 +41,6 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     lh = res["landing"]
     assert lh["history_files"] == 300 and lh["archive"]["landing_files_now"] == 1 \
         and lh["plain"]["landing_files_now"] == 2 + 300 + 1 + 1 + 3, lh
+    fc = res["files"]
+    assert fc["files"] == 100 and len(fc["cdc"]["many_s"]) == len(fc["events_source"]["one_s"]) == 1, fc
     assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"
