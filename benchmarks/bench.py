@@ -277,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="events_history: events landed in one run to grow the enriched table")
     p.add_argument("--landing-files", type=int, default=15_000,
                    help="landing: one-line files of history before the timed increments")
-    p.add_argument("--small-files", type=int, default=1000,
-                   help="files: the increment's events spread over this many files")
+    p.add_argument("--small-files", type=int, default=800,
+                   help="files: the increment's events spread over this many files (at most "
+                        "--small-events: one event each)")
     p.add_argument("--long-events", type=int, default=10_000,
                    help="peer_long: events per run (history x this = the recomputed history)")
     p.add_argument("--maintain-every", type=int, default=10,

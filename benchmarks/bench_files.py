@@ -15,7 +15,7 @@ batch is coalesced to one partition per 32 MiB of its files, at least one per co
 
 Example::
 
-    python benchmarks/bench.py --cases files --small-files 1000
+    python benchmarks/bench.py --cases files --small-files 800
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ def _alternate(run: Callable[[str, str, int], float], files: int, reps: int) -> 
 
 
 def case_files(work: Path, files: int, events: int, reps: int, landing_cls: Any) -> dict[str, Any]:
-    """``landing_cls``: bench.Landing (continuous Maxwell files from one generator)."""
+    """``landing_cls``: bench.Landing (continuous Maxwell files from one generator). ``files``
+    is at most ``events`` (one event per file)."""
+    files = min(files, events)
     from cdc_lake.cdc.job import run_pipeline
     from cdc_lake.config import load_pipeline
     from cdc_lake.enrich.job import run_enrich

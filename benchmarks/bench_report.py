@@ -602,6 +602,32 @@ def _bounds(res: dict[str, Any]) -> str:
         "(1.55x / 1.57x), a state of that session rather than of the pipelines; an attempt whose "
         "history was merged into the tables (15,000 events, no maintenance) grew both modes 1.5x "
         "through the tables, the `flat` case's subject.")
+    lines.append(
+        "2026-12-01, later (many small landing files: `--cases files`, the same 800-event "
+        "increment as one file and as 800 one-line files, CDC and events pipelines, runs "
+        "alternating in one warm session, median of 3). Before: the CDC run of 800 files 6.32 / "
+        "5.54 s against 2.63 / 2.53 s in one file (2.40x / 2.19x, two rounds), the events run "
+        "12.48 / 12.88 s against 2.83 / 2.85 s (4.41x / 4.52x). Three causes, measured with "
+        "query progress and the batch's step times: Spark's file source packs files into read "
+        "tasks counting each as at least `spark.sql.files.openCostInBytes` (4 MiB), so 1,000 "
+        "one-line files were read in about 32 tasks and every stage over the batch's cached rows "
+        "ran as many (CDC survey 1.8 s and compute 4-6 s, against 0.2 s and 1.8 s); the events "
+        "stream listed its batch's 1,000 files with a Spark job of one task per file "
+        "(`getBatch` 3.5 s; Spark does so above 32 paths, `parallelPartitionDiscovery`; the CDC "
+        "job already listed on the driver), and so did its second read of the batch's files for "
+        "events the dedup dropped as late (read step 5.5 s); and the C1-only driver's code cache "
+        "(48 MiB; the tiered JIT's is 240 MiB) filled in such a warm session (\"CodeCache is "
+        "full. Compiler has been disabled.\" after about 25 s of the old code's run; a single "
+        "spark-submit of the small case used 26 MB of it, 100k events 30 MB), after which every "
+        "run was slower. Now a micro-batch is coalesced to one partition per 32 MiB of its files, "
+        "at least one per core (`landing_files.read_partitions`; a large batch keeps Spark's plan: "
+        "200 files of 1.6 MB, 9 tasks planned, 11 allowed), both kinds' streams list a local "
+        "batch's files on the driver, and the C1 driver reserves the 240 MiB code cache. After, "
+        "alternating with the old tree in the same sitting: CDC 3.28 / 3.41 s against 2.42 / "
+        "2.49 s (1.35x / 1.37x), events 3.78 / 3.93 s against 2.81 / 2.78 s (1.35x / 1.41x). "
+        "`tests/test_landing_files.py` checks the task counts (no stage above the job's shuffle "
+        "partitions for CDC, no listing job of a task per file for events) and the rows against "
+        "the documented late-event rule.")
     return "\n\n".join(lines)
 
 
