@@ -68,6 +68,24 @@ def test_launch_options_carry_the_archive_with_either_jit() -> None:
     assert launch_conf(400 * 2**20) == {}
 
 
+def test_the_c1_only_driver_keeps_the_tiered_code_cache() -> None:
+    """C1 alone gets a 48 MiB code cache, and a full one switches the JIT off for the rest of
+    the JVM's life (a warm session of the old options: an events run 6 -> 16 s); the C1 option
+    set reserves the tiered JIT's 240 MiB. Asked of the JVM itself (its final flag values)."""
+    import shutil
+
+    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or "java"
+
+    def flags(*opts: str) -> dict[str, str]:
+        out = subprocess.run([java, *opts, "-XX:+PrintFlagsFinal", "-version"], capture_output=True,
+                             text=True, timeout=60).stdout
+        return {p[1]: p[3] for p in (ln.split() for ln in out.splitlines()) if len(p) >= 4}
+
+    assert int(flags("-XX:TieredStopAtLevel=1")["ReservedCodeCacheSize"]) == 48 * 2**20  # the trap
+    c1 = flags(*C1_ONLY.split())
+    assert c1["TieredStopAtLevel"] == "1" and int(c1["ReservedCodeCacheSize"]) >= 240 * 2**20, c1
+
+
 def test_spark_submit_maps_sparks_classes_from_the_built_archive(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """make setup built it (bootstrap); a spark-submit with the product's launch options loads
     Spark's classes from it, as the JVM's class-loading log says."""
