@@ -223,6 +223,29 @@ def test_fact_update_delete_and_aggregate_group_disappears(spark, tmp_path: Path
     assert DeltaTable(lake.path("gold/lines")).version() == before + 1
 
 
+def test_a_batch_of_new_facts_appends_to_the_enriched_table(spark, tmp_path: Path) -> None:
+    """A MERGE scans its whole target (0.5-0.6 s at 442k enriched rows, growing with it); a
+    batch whose enriched rows are all new facts (no stored row of its keys, no delete, no
+    restated fact) appends them instead, and a batch that changes a stored fact still MERGEs.
+    The rows and the aggregate are the same either way."""
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    lake.create("facts", lines((1, 1, 2, "1.50", "2026-01-02T10:00:00")))
+    base(lake)
+    lake.feed()
+    lake.upsert("facts", lines((2, 1, 1, "1.00", "2026-01-02T11:00:00")), "line_id")  # new
+    lake.feed()
+    lake.upsert("facts", lines((1, 1, 4, "1.50", "2026-01-02T10:00:00"),              # update
+                               (3, 1, 1, "2.00", "2026-01-02T12:00:00")), "line_id")  # new
+    lake.feed()
+    ops = [h["operation"] for h in sorted(DeltaTable(lake.path("gold/lines")).history(),
+                                         key=lambda h: h["version"])]
+    assert ops[-2:] == ["WRITE", "MERGE"], ops
+    assert lake.rows("gold/lines", "line_id", "qty", "_fact_version") == [(1, 4, 2), (2, 1, 1),
+                                                                         (3, 1, 2)]
+    assert lake.rows("gold/rev", *AGG) == [("fruit", D2, Decimal("9.00"), 6, 3)]
+
+
 def test_scd2_as_of_event_time(spark, tmp_path: Path) -> None:
     lake = Lake(tmp_path, spark)
     lake.create("products", products((1, "apple", "fruit")))

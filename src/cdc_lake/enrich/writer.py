@@ -238,6 +238,10 @@ class EnrichBatch:
         cached.append(enriched_src)
         if dels is not None:
             self.stats.enriched_deleted += enriched_src.where("_enriched_batch IS NULL").count()
+        # Every enriched source row a new fact (no stored row of the batch's or the parked facts'
+        # keys, no delete marker, no restated fact): the MERGE would only insert, so append; a
+        # MERGE scans its whole target (0.5-0.6 s at 442k rows, growing with the table).
+        append_enriched = dels is None and not plan.restate and (hits is None or hits.isEmpty())
 
         # Every output's source, planned first and computed together (delta-rs: one Spark job);
         # then the writes, in their fixed order.
@@ -288,7 +292,7 @@ class EnrichBatch:
             txn = self.txn(table, batch_id)
             if table not in sources:  # committed by an earlier attempt of this batch
                 result = WriteResult(True, self.engine.version(str(path)))
-            elif spec is None:
+            elif spec is None or (table == "enriched" and append_enriched):
                 result = self.engine.append(str(path), sources[table], txn=txn)
             else:
                 result = self.engine.merge(str(path), sources[table], spec, txn=txn)
