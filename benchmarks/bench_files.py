@@ -53,35 +53,29 @@ def case_files(work: Path, files: int, events: int, reps: int, landing_cls: Any)
     from cdc_lake.enrich.job import run_enrich
     from cdc_lake.spark_session import build_session
 
+    spark: Any = None
+
+    def runner(lakes: dict[str, tuple[Any, Any]], land: str, run: Callable[..., Any]):  # type: ignore[no-untyped-def]
+        def timed(mode: str, tag: str, n: int) -> float:
+            landing, cfg = lakes[mode]
+            getattr(landing, land)(events, n)
+            t0 = time.perf_counter()
+            run(cfg, spark=spark, run_id=tag)
+            return round(time.perf_counter() - t0, 3)
+        return timed
+
     cdc = {m: (landing_cls(work / f"files-{m}" / "landing", seed=5),
                load_pipeline(bi.pipeline_yaml(work / f"files-{m}", None))) for m in ("one", "many")}
     spark = build_session(cdc["one"][1], app_name="bench-files")
-
-    def run_cdc(mode: str, tag: str, n: int) -> float:
-        landing, cfg = cdc[mode]
-        landing.add(events, n)
-        t0 = time.perf_counter()
-        run_pipeline(cfg, spark=spark, run_id=tag)
-        return round(time.perf_counter() - t0, 3)
-
     out: dict[str, Any] = {"files": files, "events": events, "reps": reps}
-    out["cdc"] = _alternate(run_cdc, files, reps)
-    print(f"[bench] files, cdc: {out['cdc']['median_many_s']} s in {files} files, "
-          f"{out['cdc']['median_one_s']} s in one", flush=True)
+    out["cdc"] = _alternate(runner(cdc, "add", run_pipeline), files, reps)
     evs = {}
     for m in ("one", "many"):
         landing, yml = be._events_lake(work / f"files-events-{m}", seed=6)
         evs[m] = (landing, load_pipeline(yml))
-
-    def run_events(mode: str, tag: str, n: int) -> float:
-        landing, cfg = evs[mode]
-        landing.land(events, n)
-        t0 = time.perf_counter()
-        run_enrich(cfg, spark=spark, run_id=tag)
-        return round(time.perf_counter() - t0, 3)
-
-    out["events_source"] = _alternate(run_events, files, reps)
-    print(f"[bench] files, events: {out['events_source']['median_many_s']} s in {files} files, "
-          f"{out['events_source']['median_one_s']} s in one", flush=True)
+    out["events_source"] = _alternate(runner(evs, "land", run_enrich), files, reps)
+    for key in ("cdc", "events_source"):
+        print(f"[bench] files, {key}: {out[key]['median_many_s']} s in {files} files, "
+              f"{out[key]['median_one_s']} s in one", flush=True)
     spark.stop()
     return out
