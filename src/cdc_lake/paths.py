@@ -40,6 +40,9 @@ def written_paths(cfg: Any) -> list[tuple[str, Path, str | None]]:
         out += [("outputs.enriched", o.enriched, None), ("outputs.pending", o.pending, None),
                 ("outputs.manifest", o.manifest, None), ("outputs.quarantine", o.quarantine, "quarantine")]
         out += [(f"outputs.aggregates.{a.name}.path", a.path, None) for a in o.aggregates]
+        events = cfg.fact.events
+        if events is not None and events.archive_dir is not None:  # shareable, as source.archive_dir
+            out.append(("fact.events.archive_dir", events.archive_dir, "archive"))
     elif kind == "dimension":
         out = [("storage.state", cfg.checkpoint_path, None), ("table", cfg.table, None)]
     else:
@@ -111,7 +114,7 @@ _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 _URL_REFUSED = frozenset("[]^|\\")
 _NOT_DELTA = frozenset({"storage.checkpoint", "storage.state", "storage.runs", "capture.state",
                         "source.path (written by capture)",
-                        "source.archive_dir"})  # plain files, no Delta table
+                        "source.archive_dir", "fact.events.archive_dir"})  # plain files, no Delta table
 
 
 def check_path_escapes(cfg: Any) -> None:

@@ -41,6 +41,10 @@ class EventSource:
     watermark: str
     schema: dict[str, str]
     max_files_per_trigger: int
+    # ``fact.events.archive_dir``: files of committed micro-batches move there (Spark's
+    # ``cleanSource=archive``), so the folder listed on every run holds only what is new;
+    # ``--reprocess`` moves them back first (cdc_lake.sources.landing_files.restore_archived)
+    archive_dir: Path | None = None
 
     @property
     def ddl(self) -> str:
@@ -199,7 +203,8 @@ def _fact(r: Reader) -> FactConfig:
                           change_feed=f.path("change_feed", required=True),
                           max_versions_per_trigger=mv, max_rows_per_trigger=mr)
     e = f.section("events")
-    e.check_known({"path", "format", "id", "time", "watermark", "schema", "max_files_per_trigger"})
+    e.check_known({"path", "format", "id", "time", "watermark", "schema", "max_files_per_trigger",
+                   "archive_dir"})
     schema = _mapping(e, "schema")
     ev_id, ev_time = e.str("id", required=True) or "", e.str("time", required=True) or ""
     for k, c in (("id", ev_id), ("time", ev_time)):
@@ -211,7 +216,8 @@ def _fact(r: Reader) -> FactConfig:
     events = EventSource(path=e.folder("path", required=True),  # type: ignore[arg-type]
                          format=e.choice("format", _EVENT_FORMATS, default="json"),
                          id=ev_id, time=ev_time, watermark=watermark.strip(), schema=schema,
-                         max_files_per_trigger=e.int("max_files_per_trigger", 1000) or 1000)
+                         max_files_per_trigger=e.int("max_files_per_trigger", 1000) or 1000,
+                         archive_dir=e.folder("archive_dir"))
     keys = f.names("keys", default=(ev_id,), non_empty=True) or (ev_id,)
     return FactConfig("events", keys, events=events, max_rows_per_trigger=mr)
 
@@ -319,6 +325,26 @@ def check_disjoint_paths(file: Path, owned: list[tuple[str, Path]],
                 f"{other_key}: give each output and the checkpoint its own path"))
 
 
+def _check_archive(file: Path, archive: Path, others: list[tuple[str, Path]]) -> None:
+    """``fact.events.archive_dir`` is a local folder (Spark archives by a rename within one file
+    system) that neither holds nor lies inside the landing folder (the stream would read its
+    archived files again, or archive its own archive), an output, the checkpoint or a dimension
+    table (``--reprocess`` deletes the outputs and the checkpoint)."""
+    key = "fact.events.archive_dir"
+    if ":" in str(archive):
+        raise ConfigError(file, key, (
+            f"{str(archive)!r}: the archive must be a local folder (Spark archives by renaming "
+            "within one file system; a URI is not supported here)"))
+    ra = archive.resolve()
+    for other_key, other in others:
+        how = overlap(ra, Path(other).resolve())
+        if how is not None:
+            raise ConfigError(file, key, (
+                f"{archive} {how} {other_key} ({other}): the archive needs a folder of its own "
+                "that neither holds nor lies inside the landing folder, an output, the "
+                "checkpoint or a dimension table; give it a path of its own"))
+
+
 def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
     """Validate the mapping of a ``kind: enrich`` YAML (called by :func:`cdc_lake.config.load_pipeline`)."""
     r = Reader(file, raw)
@@ -370,6 +396,8 @@ def load_enrich_pipeline(file: Path, raw: dict[str, Any]) -> EnrichConfig:
               else ("fact.events.path", fact.events.path)]  # type: ignore[union-attr]
     inputs += [(f"dimensions.{d.name}.table", d.table) for d in dims]
     check_disjoint_paths(file, owned, inputs)  # type: ignore[arg-type]
+    if fact.events is not None and fact.events.archive_dir is not None:
+        _check_archive(file, fact.events.archive_dir, inputs + owned)  # type: ignore[arg-type]
     runtime = parse_runtime(r)
     cfg = EnrichConfig(
         file=file, name=name,

@@ -8,6 +8,9 @@
   in another case, keeps its text for the quarantine), the event time and the decimal, date and timestamp columns read as
   sent and typed by the job (:mod:`cdc_lake.enrich.event_values`), and deduplicated by the
   event id within the watermark, every event without an id kept apart (:func:`_dedupe_events`).
+  With ``fact.events.archive_dir`` Spark moves the files of each committed batch there
+  (``cleanSource=archive``, when it plans the next batch: the last batch's files wait for the
+  next run), so the folder listed on every run holds only what is new.
 
 Example::
 
@@ -123,8 +126,12 @@ def fact_stream(spark: SparkSession, cfg: EnrichConfig, engine: Engine, recovery
         ev = f.events
         assert ev is not None
         # text, parsed by the job: it sees each line's field names (event_values.parse_lines)
-        lines = (spark.readStream.option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
-                 .option("maxFileAge", FILE_SOURCE_MAX_AGE).text(str(ev.path))
+        reader = (spark.readStream.option("maxFilesPerTrigger", str(ev.max_files_per_trigger))
+                  .option("maxFileAge", FILE_SOURCE_MAX_AGE))
+        if ev.archive_dir is not None:  # committed batches' files move out of the listed folder
+            reader = (reader.option("cleanSource", "archive")
+                      .option("sourceArchiveDir", str(ev.archive_dir)))
+        lines = (reader.text(str(ev.path))
                  .select("value", F.col("_metadata.file_path").alias(SOURCE_FILE)))  # quarantine
         df = with_checked_values(parse_lines(lines, ev), ev)
         return _dedupe_events(df, ev.id, ev.time, ev.watermark, ev.schema.get(ev.id, ""))

@@ -44,7 +44,7 @@ from cdc_lake.enrich.counts import EnrichStats
 from cdc_lake.enrich.writer import EnrichBatch
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
-from cdc_lake.sources.landing_files import driver_listing_conf
+from cdc_lake.sources.landing_files import check_restorable, driver_listing_conf, restore_archived
 from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
                                     session_settings, start_without_no_data_batches)
 from cdc_lake.summary import record_failure, record_summary
@@ -351,8 +351,16 @@ def _reset(cfg: EnrichConfig, engine: Engine) -> None:
              ("outputs.manifest", o.manifest),
              *[(f"outputs.aggregates.{a.name}.path", a.path) for a in o.aggregates]]
     check_reset(cfg, owned)
+    ev = cfg.fact.events
+    archive = ev.archive_dir if ev is not None else None
+    if archive is not None:  # a landing file named as an archived one: exit 3, nothing reset
+        check_restorable(ev.path, archive, pipeline=cfg.name, key="fact.events.archive_dir")  # type: ignore[union-attr]
     cp.mkdir(parents=True, exist_ok=True)
     (cp / REPROCESS_MARK).write_text(json.dumps({"started_at": time.time()}), encoding="utf-8")
+    if archive is not None:  # the stream from scratch lists the landing folder only
+        n = restore_archived(ev.path, archive, pipeline=cfg.name, key="fact.events.archive_dir")  # type: ignore[union-attr]
+        print(f"[enrich] --reprocess: moved {n} archived event file(s) back into {ev.path} "  # type: ignore[union-attr]
+              "to read them again (Spark archives them again as the batches commit)", flush=True)
     for child in cp.iterdir():
         if child.name in ("cdc.lock", REPROCESS_MARK):
             continue

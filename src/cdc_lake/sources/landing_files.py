@@ -26,7 +26,8 @@ from urllib.parse import unquote, urlsplit
 
 from cdc_lake.checkpoint_log import PipelineStateError, batch_source_entries
 
-__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "TASK_BYTES", "archived",
+__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "TASK_BYTES", "archived", "archived_files",
+           "check_restorable", "restore_archived",
            "check_batch_files_present", "existing", "explain_read_failure", "history_pattern",
            "LISTING_THRESHOLD", "driver_listing_conf", "present", "read_partitions",
            "rerun_command"]
@@ -56,6 +57,53 @@ def history_pattern(landing: str | os.PathLike[str], archive: str | os.PathLike[
     if archive is None:
         return os.fspath(landing)
     return "/{" + os.fspath(landing).lstrip("/") + "," + archived(archive, landing).lstrip("/") + "}"
+
+
+def archived_files(landing: Path, archive: Path) -> list[tuple[Path, Path]]:
+    """Every file Spark's ``cleanSource=archive`` moved out of ``landing`` into ``archive``, as
+    ``(archived copy, its place in the landing folder)``, in path order."""
+    root = Path(archived(archive, landing))
+    out = []
+    for dirpath, _dirs, names in os.walk(root):  # nothing when the archive holds none yet
+        for n in names:
+            src = Path(dirpath) / n
+            out.append((src, Path(landing) / src.relative_to(root)))
+    return sorted(out)
+
+
+def check_restorable(landing: Path, archive: Path, *, pipeline: str,
+                     key: str) -> list[tuple[Path, Path]]:
+    """The moves :func:`restore_archived` would make (:func:`archived_files`).
+
+    Raises:
+        PipelineStateError: a landing file has the name of an archived one (exit 3): which of
+            the two is the event file to keep is the user's decision, not the job's.
+    """
+    moves = archived_files(landing, archive)
+    clash = [(a, b) for a, b in moves if os.path.lexists(b)]
+    if clash:
+        shown = "; ".join(f"{b} and its archived copy {a}" for a, b in clash[:3])
+        raise PipelineStateError(
+            f"pipeline {pipeline}: {len(clash)} landing file(s) have the name of a file the stream "
+            f"archived ({key}): {shown}{' ...' if len(clash) > 3 else ''}. The rebuild moves "
+            "archived files back into the landing folder to read them again and will not "
+            "overwrite one: keep one of each pair (rename or remove the other), then run it "
+            "again. Nothing was moved or reset.")
+    return moves
+
+
+def restore_archived(landing: Path, archive: Path, *, pipeline: str, key: str) -> int:
+    """Move every archived file back to its place in the landing folder (a rename: same name,
+    same modification time, so a stream started from scratch reads it as it did the first
+    time); the number moved. An events pipeline's ``--reprocess`` calls it before it resets the
+    checkpoint: the new stream lists the landing folder only and would miss what the archive
+    holds. A rerun after an interruption moves what is left. Raises as
+    :func:`check_restorable`, before moving anything."""
+    moves = check_restorable(landing, archive, pipeline=pipeline, key=key)
+    for a, b in moves:
+        b.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(a, b)  # one file system (the config check), atomic per file
+    return len(moves)
 
 
 # What one read task of a micro-batch is worth: a batch of many small files is read (and kept, and

@@ -1,0 +1,113 @@
+"""``fact.events.archive_dir``: an events pipeline's stream moves the files of committed
+micro-batches out of the landing folder (Spark's ``cleanSource=archive``), so the folder it lists
+on every run holds only what is new (issue 9's flat cost, as ``source.archive_dir`` for CDC),
+and ``--reprocess`` moves them back before it rebuilds, so the rebuild reads every event again.
+
+Truth: the documented late-event rule computed from the landed files
+(:class:`test_enrich_late_events.Landing`, one micro-batch per file), the rows before the
+rebuild, and the folders as listed here. Real Spark, real delta-rs, through :func:`run_enrich`.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from test_enrich_late_events import YAML, Landing, _check, _rows
+
+from cdc_lake.checkpoint_log import PipelineStateError
+from cdc_lake.config import ConfigError, load_pipeline
+from cdc_lake.sources.landing_files import archived
+
+
+def _setup(tmp_path: Path, archive: str = "arc"):  # type: ignore[no-untyped-def]
+    write_deltalake(str(tmp_path / "products"), pa.table({"id": pa.array([1], pa.int64()), "cat": ["fruit"]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    f = tmp_path / "p.yaml"
+    text = (YAML.replace("TRIGGER", "available_now").replace("ID_TYPE", "string")
+            .replace("max_files_per_trigger: 1,", f"max_files_per_trigger: 1, archive_dir: {archive},"))
+    f.write_text(textwrap.dedent(text))
+    landing = Landing(tmp_path, "string")
+    return load_pipeline(f), landing, Path(archived(tmp_path / "arc", landing.dir))
+
+
+def _listed(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder)) if folder.is_dir() else []
+
+
+def test_taken_files_move_to_the_archive_and_reprocess_reads_them_again(spark, tmp_path: Path) -> None:
+    from cdc_lake.enrich.job import run_enrich
+
+    cfg, landing, arc = _setup(tmp_path)
+    landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z")])
+    landing.land("b.json", [("e2", 2, "2026-01-02T13:00:00Z")])   # batch 1: watermark 09:00
+    s = [run_enrich(cfg, spark=spark, run_id="r1")]
+    # Spark archives a batch's files when it plans the next one: the last batch's wait
+    assert (_listed(landing.dir), _listed(arc)) == (["b.json"], ["a.json"])
+    landing.land("c.json", [("e3", 4, "2026-01-02T16:00:00Z"),    # batch 2: watermark 12:00
+                            ("e4", 8, "2026-01-02T12:00:00Z"),    # late: on it
+                            (None, 3, "2026-01-02T16:00:00Z")])   # no id: quarantined
+    s.append(run_enrich(cfg, spark=spark, run_id="r2"))
+    landing.land("d.json", [("x1", 16, "2026-01-02T11:00:00Z"),   # batch 3: watermark 15:00;
+                            ("x2", 32, "2026-01-02T15:30:00Z"),   # x1 dropped by Spark's dedup
+                            ("x3", 64, "2026-01-02T15:00:00Z")])  # (re-read from the landed file)
+    s.append(run_enrich(cfg, spark=spark, run_id="r3"))
+    assert (_listed(landing.dir), _listed(arc)) == (["d.json"], ["a.json", "b.json", "c.json"])
+    late = _check(tmp_path, landing, s, null_ids=1)
+    assert late == {"e4", "x1", "x3"}
+    # a run with nothing new reads nothing and moves nothing
+    s.append(run_enrich(cfg, spark=spark, run_id="r4"))
+    assert s[-1]["facts_read"] == 0 and _listed(landing.dir) == ["d.json"]
+
+    enriched, per_cat = _rows(tmp_path / "gold/ev"), _rows(tmp_path / "gold/per_cat")
+    rebuilt = run_enrich(cfg, spark=spark, run_id="r5", reprocess=True)
+    assert rebuilt["facts_read"] == sum(len(f) for f in landing.files), rebuilt
+    assert sorted(map(str, _rows(tmp_path / "gold/ev"))) == sorted(map(str, enriched))
+    assert _rows(tmp_path / "gold/per_cat") == per_cat
+    assert (_listed(landing.dir), _listed(arc)) == (["d.json"], ["a.json", "b.json", "c.json"])
+    # the stream goes on from the rebuild
+    landing.land("e.json", [("y1", 128, "2026-01-02T17:00:00Z")])
+    run_enrich(cfg, spark=spark, run_id="r6")
+    enriched_ids, _ = landing.truth()
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == enriched_ids
+    assert (_listed(landing.dir), _listed(arc)) == (["e.json"], ["a.json", "b.json", "c.json", "d.json"])
+
+
+def test_reprocess_stops_on_a_landing_file_named_as_an_archived_one(spark, tmp_path: Path) -> None:
+    from cdc_lake.enrich.job import run_enrich
+
+    cfg, landing, arc = _setup(tmp_path)
+    landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z")])
+    landing.land("b.json", [("e2", 2, "2026-01-02T11:00:00Z")])
+    run_enrich(cfg, spark=spark, run_id="r1")
+    (landing.dir / "a.json").write_text('{"event_id": "z9", "product_id": 1, "qty": 1, '
+                                       '"event_ts": "2026-01-02T12:00:00Z"}\n')
+    cp = cfg.checkpoint_path
+    checkpoint = {d: _listed(cp / d) for d in ("offsets", "commits", "sources/0", "state")}
+    with pytest.raises(PipelineStateError) as e:
+        run_enrich(cfg, spark=spark, run_id="r2", reprocess=True)
+    msg = str(e.value)
+    assert str(landing.dir / "a.json") in msg and str(arc / "a.json") in msg, msg
+    assert "Nothing was moved or reset" in msg, msg
+    assert {d: _listed(cp / d) for d in checkpoint} == checkpoint
+    assert not (cp / "enrich_reprocess.json").exists()
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2"}
+    assert (_listed(landing.dir), _listed(arc)) == (["a.json", "b.json"], ["a.json"])
+
+
+@pytest.mark.parametrize(("archive", "says"), [
+    ("landing/done", "lies inside fact.events.path"),
+    (".", "contains fact.events.path"),
+    ("gold/ev", "is outputs.enriched"),
+    ("products", "is dimensions.products.table"),
+    ("'s3://bucket/arc'", "must be a local folder"),
+])
+def test_an_archive_overlapping_the_pipeline_s_folders_or_not_local_is_refused(
+        tmp_path: Path, archive: str, says: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _setup(tmp_path, archive)
+    assert e.value.key == "fact.events.archive_dir" and says in str(e.value), str(e.value)
