@@ -29,6 +29,8 @@ Cases (Maxwell files of a 4-table shop, engine deltalake, same Spark settings ev
    increment again: run time vs. runs of history and vs. the enriched table's size);
 6. landing — the flat cost against ``--landing-files`` files of landing history (one event
    each), without and with ``source.archive_dir`` (``bench_landing.py``).
+   ``events_landing`` the same for an events enrichment pipeline, without and with
+   ``fact.events.archive_dir`` (the reference gets the history's events in one file);
 7. files — the same ``--small-events`` increment as one file and as ``--small-files`` files, CDC
    and events pipelines, runs alternating in one warm session (``bench_files.py``).
 
@@ -358,6 +360,12 @@ def main(argv: list[str] | None = None) -> int:
             res["landing"] = bl.case_landing(work, a.landing_files, a.small_events, Landing)
             print(f"[bench]   ratios {res['landing']['plain']['ratio']} / "
                   f"{res['landing']['archive']['ratio']}", flush=True)
+        if "events_landing" in cases:
+            print(f"[bench] events pipeline: flat cost against {a.landing_files} landing files, "
+                  "with and without fact.events.archive_dir", flush=True)
+            res["events_landing"] = bl.case_events_landing(work, a.landing_files, a.small_events)
+            print(f"[bench]   ratios {res['events_landing']['plain']['ratio']} / "
+                  f"{res['events_landing']['archive']['ratio']}", flush=True)
         if "files" in cases:
             print(f"[bench] {a.small_events} events in one file vs {a.small_files} files", flush=True)
             res["files"] = bf.case_files(work, a.small_files, a.small_events, reps, Landing)

@@ -11,7 +11,7 @@ from typing import Any
 
 TARGETS = {"small": 1.3, "large": 1.5, "flat": 1.2, "peer": 10.0}
 CASES = ("small", "large", "xlarge", "flat", "peer_long", "enrich", "events", "events_history",
-         "landing", "files")
+         "landing", "events_landing", "files")
 
 
 def plots(res: dict[str, Any], img: Path) -> list[str]:
@@ -131,18 +131,25 @@ def report(res: dict[str, Any], pngs: list[str]) -> str:
              f"{h['after_big_median_s']} s", f"{h['first_s']} s", h["ratio_big_first"],
              f"≤ {TARGETS['flat']}×", verdict(h["ratio_big_first"], TARGETS["flat"])),
         ]
-    if "landing" in res:
-        lh = res["landing"]
-        for mode, label in (("plain", "no archive"), ("archive", "source.archive_dir")):
+    for case, what, key, reference in (
+            ("landing", "flat cost, landing history", "source.archive_dir", "without them"),
+            ("events_landing", "enrichment, events: flat cost, landing history",
+             "fact.events.archive_dir", "with the same events in one file")):
+        if case not in res:
+            continue
+        lh = res[case]
+        for mode, label in (("plain", "no archive"), ("archive", key)):
             m = lh[mode]
             moved = (f"; the run that archived the history's files {m['archive_move_s']} s, "
                      "not counted" if mode == "archive" else "")
-            rows.append((f"flat cost, landing history ({label})",
+            rows.append((f"{what} ({label})",
                          f"the same {lh['events_per_run']}-event increment after "
-                         f"{lh['history_files']} landed files vs. on a pipeline without them "
+                         f"{lh['history_files']} landed files vs. on a pipeline {reference} "
                          f"(runs alternating, new session; {m['landing_files_now']} file(s) left "
                          f"in the landing folder{moved})",
-                         f"{m['last_s']} s", f"{m['first_s']} s (no file history)", m["ratio"],
+                         f"{m['last_s']} s", f"{m['first_s']} s ("
+                         + ("no file history" if case == "landing" else "history in one file") + ")",
+                         m["ratio"],
                          f"≤ {TARGETS['flat']}×", verdict(m["ratio"], TARGETS["flat"])))
     if "files" in res:
         fc = res["files"]

@@ -25,6 +25,8 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
                  "enrichment, events: flat cost", "enrichment, events: large history",
                  "flat cost, landing history (no archive)",
                  "flat cost, landing history (source.archive_dir)",
+                 "enrichment, events: flat cost, landing history (no archive)",
+                 "enrichment, events: flat cost, landing history (fact.events.archive_dir)",
                  "many small files, CDC", "many small files, enrichment, events"):
         assert f"| {case} |" in report
     assert (tmp_path / "img" / "bench-history.png").stat().st_size > 1000
@@ -41,6 +43,9 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     lh = res["landing"]
     assert lh["history_files"] == 300 and lh["archive"]["landing_files_now"] == 1 \
         and lh["plain"]["landing_files_now"] == 2 + 300 + 1 + 1 + 3, lh
+    el = res["events_landing"]
+    assert el["history_files"] == 300 and el["archive"]["landing_files_now"] == 1 \
+        and el["plain"]["landing_files_now"] == 2 + 300 + 1 + 1 + 3, el
     fc = res["files"]
     assert fc["files"] == 100 and len(fc["cdc"]["many_s"]) == len(fc["events_source"]["one_s"]) == 1, fc
     assert res["small"]["profile"]["job"]["phases"], "the job's per-batch phase line was not captured"
