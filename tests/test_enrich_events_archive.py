@@ -111,3 +111,42 @@ def test_an_archive_overlapping_the_pipeline_s_folders_or_not_local_is_refused(
     with pytest.raises(ConfigError) as e:
         _setup(tmp_path, archive)
     assert e.value.key == "fact.events.archive_dir" and says in str(e.value), str(e.value)
+
+
+def test_reprocess_stops_when_an_event_file_read_before_is_in_no_folder_it_reads(
+        spark, tmp_path: Path) -> None:
+    from cdc_lake.enrich.job import run_enrich
+
+    cfg, landing, arc = _setup(tmp_path)
+    landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z")])
+    landing.land("b.json", [("e2", 2, "2026-01-02T10:30:00Z")])
+    landing.land("c.json", [("e3", 4, "2026-01-02T11:00:00Z")])
+    run_enrich(cfg, spark=spark, run_id="r1")
+    assert (_listed(landing.dir), _listed(arc)) == (["c.json"], ["a.json", "b.json"])
+    # archive_dir unset in the YAML: the archived files are in no folder the rebuild reads
+    cfg.file.write_text(cfg.file.read_text().replace(" archive_dir: arc,", ""))
+    cfg = load_pipeline(cfg.file)
+    assert cfg.fact.events.archive_dir is None
+    cp = cfg.checkpoint_path
+    with pytest.raises(PipelineStateError) as e:
+        run_enrich(cfg, spark=spark, run_id="r2", reprocess=True)
+    msg = str(e.value)
+    assert "2 event file(s)" in msg and str(landing.dir / "a.json") in msg, msg
+    assert str(landing.dir / "b.json") in msg and "c.json" not in msg, msg
+    assert "nothing was reset" in msg and "mv " in msg, msg
+    assert (cp / "commits").is_dir() and not (cp / "enrich_reprocess.json").exists()
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e1", "e2", "e3"}
+    # a file deleted by hand stops it the same way, with the archive named again
+    cfg.file.write_text(cfg.file.read_text().replace(
+        "max_files_per_trigger: 1,", "max_files_per_trigger: 1, archive_dir: arc,"))
+    cfg = load_pipeline(cfg.file)
+    (arc / "a.json").unlink()
+    with pytest.raises(PipelineStateError) as e:
+        run_enrich(cfg, spark=spark, run_id="r3", reprocess=True)
+    assert "1 event file(s)" in str(e.value) and str(landing.dir / "a.json") in str(e.value)
+    assert _listed(arc) == ["b.json"]  # nothing moved back
+    # on purpose, as the message says: the checkpoint moved aside, the rebuild reads what is left
+    cp.rename(cp.with_name(cp.name + ".before-reprocess"))
+    run_enrich(cfg, spark=spark, run_id="r4", reprocess=True)
+    assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e2", "e3"}
+    assert _listed(landing.dir) == ["c.json"]

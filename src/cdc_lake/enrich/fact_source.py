@@ -108,6 +108,40 @@ def dropped_late_events(spark: SparkSession, cfg: EnrichConfig,
     return df.where(late), wm
 
 
+def check_events_complete(cfg: EnrichConfig) -> None:
+    """Before ``--reprocess`` resets anything: every event file the stream has taken is still in
+    the events folder, or in ``fact.events.archive_dir`` where Spark archived it (the reset
+    moves those back). A rebuild without one would lack its events with exit 0 (a file deleted
+    or moved by hand, an archive folder changed or unset in the YAML). Raises
+    :class:`PipelineStateError` (exit 3) naming them; nothing reset. Local folders only."""
+    from cdc_lake.checkpoint_log import PipelineStateError
+    from cdc_lake.enrich.state import recovery_command
+    from cdc_lake.paths import mv_aside
+    from cdc_lake.sources.landing_files import archived, taken_files_gone
+
+    ev = cfg.fact.events
+    if ev is None:
+        return
+    try:
+        gone = taken_files_gone(cfg.checkpoint_path, ev.archive_dir)
+    except (OSError, ValueError):
+        return  # a damaged log: --reprocess deletes the checkpoint anyway (nothing to compare)
+    if not gone:
+        return
+    shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+    arc = ev.archive_dir
+    raise PipelineStateError(
+        f"pipeline {cfg.name}: --reprocess rebuilds from the events folder {ev.path}"
+        + (f" (and its archive {archived(arc, ev.path)}, moved back first)" if arc is not None else "")
+        + f", but {len(gone)} event file(s) the stream has read are not there any more ({shown}; "
+        "moved, deleted, or archived into another folder than fact.events.archive_dir names now): "
+        "the rebuilt tables would lack their events, so nothing was reset. Recovery: put them "
+        "back under their names, keeping their modification times (`mv`, `cp -p`, `rsync -t`), "
+        f"and run `{recovery_command(cfg)}` again. To rebuild without them on purpose (their "
+        "events are lost from the rebuilt tables for good), move the checkpoint aside first "
+        f"(`{mv_aside(cfg.checkpoint_path, '.before-reprocess')}`)")
+
+
 def prefetch_source(spark: SparkSession, cfg: EnrichConfig) -> Callable[[], None]:
     """Start what the fact source needs before it can be read and return its join: for a
     delta-rs change feed, registering its Python data source (Spark looks up the static Python

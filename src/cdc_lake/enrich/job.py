@@ -17,7 +17,6 @@ the change feed from the next version: the recovery after an upstream rewrite
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -35,22 +34,20 @@ from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import rejoin
 from cdc_lake.enrich.rejoin import Passes
 from cdc_lake.enrich.config import EnrichConfig
-from cdc_lake.enrich.fact_source import START_FILE, fact_stream, prefetch_source, start_version
+from cdc_lake.enrich.fact_source import fact_stream, prefetch_source, start_version
 from cdc_lake.enrich.preflight import preflight
-from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_reset,
-                                   check_tables, record_definitions, recovery_command)
-from cdc_lake.enrich.table_damage import check_dimensions_present, check_inputs_present
+from cdc_lake.enrich.reprocess import REPROCESS_MARK, bootstrap, reset
+from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, check_tables,
+                                   recovery_command)
+from cdc_lake.enrich.table_damage import check_dimensions_present
 from cdc_lake.enrich.counts import EnrichStats
 from cdc_lake.enrich.writer import EnrichBatch
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
-from cdc_lake.sources.landing_files import check_restorable, driver_listing_conf, restore_archived
+from cdc_lake.sources.landing_files import driver_listing_conf
 from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
                                     session_settings, start_without_no_data_batches)
 from cdc_lake.summary import record_failure, record_summary
-
-REPROCESS_MARK = "enrich_reprocess.json"
-
 
 __all__ = ["EnrichNeedsReprocess", "run_enrich", "fact_stream"]
 
@@ -141,9 +138,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                     "(its first run creates it), or correct the path. Nothing was read or written"
                     + (", nothing reset" if reprocess else ""))
             if reprocess:
-                check_inputs_present(cfg)  # a deleted upstream file: exit 3 before any delete
-                check_dimensions_present(cfg)
-                _reset(cfg, engine)
+                reset(cfg)  # what the rebuild reads must all be there first (exit 3, nothing reset)
             elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
                 raise EnrichNeedsReprocess(
                     f"pipeline {cfg.name}: an earlier --reprocess did not finish; run it again: "
@@ -154,7 +149,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                 check_dimensions_present(cfg)  # a dimension batches read is gone: exit 3
             snapshot = EnrichStats()  # the --reprocess snapshot batch, reported on its own
             if reprocess:
-                _bootstrap(spark, cfg, engine, run_id, snapshot)
+                bootstrap(spark, cfg, engine, run_id, snapshot)
             source_ready()
             progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook,
                                    started_at=run_started, passes=passes)
@@ -340,58 +335,6 @@ def _raise_unavailable(cfg: EnrichConfig, e: BaseException) -> None:
             f"versions {cfu.from_version}..{cfu.to_version}: {cfu.reason}. Nothing was written "
             f"for those versions. Recover with: {_recovery(cfg)} (resets this pipeline's "
             "checkpoint and outputs and rebuilds them from the current upstream snapshot)") from None
-
-
-def _reset(cfg: EnrichConfig, engine: Engine) -> None:
-    """Drop this pipeline's checkpoint (keeping the lock file) and output tables, after
-    checking that none of them holds anything the job does not own (:func:`check_reset`)."""
-    cp = cfg.checkpoint_path
-    o = cfg.outputs
-    owned = [("outputs.enriched", o.enriched), ("outputs.pending", o.pending),
-             ("outputs.manifest", o.manifest),
-             *[(f"outputs.aggregates.{a.name}.path", a.path) for a in o.aggregates]]
-    check_reset(cfg, owned)
-    ev = cfg.fact.events
-    archive = ev.archive_dir if ev is not None else None
-    if archive is not None:  # a landing file named as an archived one: exit 3, nothing reset
-        check_restorable(ev.path, archive, pipeline=cfg.name, key="fact.events.archive_dir")  # type: ignore[union-attr]
-    cp.mkdir(parents=True, exist_ok=True)
-    (cp / REPROCESS_MARK).write_text(json.dumps({"started_at": time.time()}), encoding="utf-8")
-    if archive is not None:  # the stream from scratch lists the landing folder only
-        n = restore_archived(ev.path, archive, pipeline=cfg.name, key="fact.events.archive_dir")  # type: ignore[union-attr]
-        print(f"[enrich] --reprocess: moved {n} archived event file(s) back into {ev.path} "  # type: ignore[union-attr]
-              "to read them again (Spark archives them again as the batches commit)", flush=True)
-    for child in cp.iterdir():
-        if child.name in ("cdc.lock", REPROCESS_MARK):
-            continue
-        shutil.rmtree(child) if child.is_dir() else child.unlink()
-    for _, path in owned:
-        shutil.rmtree(path, ignore_errors=True)
-    record_definitions(cfg)
-
-
-def _bootstrap(spark: SparkSession, cfg: EnrichConfig, engine: Engine, run_id: str,
-               stats: EnrichStats) -> None:
-    """Enrich the fact table's current snapshot as inserts; the stream then follows from v+1."""
-    cp = cfg.checkpoint_path
-    if cfg.fact.kind == "change_feed":
-        path = str(cfg.fact.change_feed)
-        version = engine.version(path)
-        if version is not None:
-            from cdc_lake.enrich.plan import read_at
-
-            snap = read_at(engine, path, version)
-            assert snap is not None
-            rows = snap.select("*", F.lit("insert").alias("_change_type"),
-                               F.lit(version).cast("bigint").alias("_commit_version"),
-                               F.lit(None).cast("timestamp").alias("_commit_timestamp"))
-            boot = EnrichBatch(cfg, engine, instance=f"{instance_id(cp)}-reprocess", run_id=run_id,
-                               stats=stats, plan_root=cp / "_reprocess")
-            boot(rows, 0)
-        start = 0 if version is None else version + 1  # (version 0 is a version)
-        (cp / START_FILE).write_text(json.dumps({"starting_version": start}), encoding="utf-8")
-    shutil.rmtree(cp / "_reprocess", ignore_errors=True)
-    (cp / REPROCESS_MARK).unlink(missing_ok=True)
 
 
 def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetime, duration: float,

@@ -24,10 +24,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from cdc_lake.checkpoint_log import PipelineStateError, batch_source_entries
+from cdc_lake.checkpoint_log import (PipelineStateError, batch_source_entries, read_source_entries,
+                                     source_log_files)
 
 __all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "TASK_BYTES", "archived", "archived_files",
-           "check_restorable", "restore_archived",
+           "check_restorable", "restore_archived", "taken_files_gone",
            "check_batch_files_present", "existing", "explain_read_failure", "history_pattern",
            "LISTING_THRESHOLD", "driver_listing_conf", "present", "read_partitions",
            "rerun_command"]
@@ -69,6 +70,23 @@ def archived_files(landing: Path, archive: Path) -> list[tuple[Path, Path]]:
             src = Path(dirpath) / n
             out.append((src, Path(landing) / src.relative_to(root)))
     return sorted(out)
+
+
+def taken_files_gone(checkpoint: Path, archive: Path | None) -> list[str] | None:
+    """The local files the file source has taken (every entry of ``<checkpoint>/sources/0``)
+    that are neither where they were nor, with ``archive``, where Spark archives them (nor
+    compressed in place), in path order: what a rebuild from the folder would lack. None when
+    the log names a file of another file system (not checked)."""
+    gone: set[str] = set()
+    for _log_id, log in source_log_files(checkpoint, 0):
+        for uri, _ts in read_source_entries(log):
+            u = urlsplit(uri)
+            if u.scheme != "file" or u.netloc not in ("", "localhost"):
+                return None
+            path = os.path.normpath(unquote(u.path))
+            if not present(path, None) and (archive is None or not present(archived(archive, path), None)):
+                gone.add(path)
+    return sorted(gone)
 
 
 def check_restorable(landing: Path, archive: Path, *, pipeline: str,
