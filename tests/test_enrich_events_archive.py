@@ -150,3 +150,36 @@ def test_reprocess_stops_when_an_event_file_read_before_is_in_no_folder_it_reads
     run_enrich(cfg, spark=spark, run_id="r4", reprocess=True)
     assert {r["event_id"] for r in _rows(tmp_path / "gold/ev")} == {"e2", "e3"}
     assert _listed(landing.dir) == ["c.json"]
+
+
+def test_a_file_that_cannot_move_back_stops_the_restore_naming_it(tmp_path: Path) -> None:
+    import tempfile
+
+    from cdc_lake.sources.landing_files import restore_archived
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "sub").write_text("a file where the archive holds a folder\n")
+    arc = tmp_path / "arc"
+    copy = Path(archived(arc, landing))
+    (copy / "sub").mkdir(parents=True)
+    (copy / "a.json").write_text("{}\n")
+    (copy / "sub" / "b.json").write_text("{}\n")
+    with pytest.raises(PipelineStateError) as e:
+        restore_archived(landing, arc, pipeline="p", key="fact.events.archive_dir")
+    msg = str(e.value)
+    assert str(copy / "sub" / "b.json") in msg and "1 of 2 moved" in msg and "run it again" in msg, msg
+    assert _listed(landing) == ["a.json", "sub"] and _listed(copy) == ["sub"]
+    (landing / "sub").unlink()
+    assert restore_archived(landing, arc, pipeline="p", key="fact.events.archive_dir") == 1
+    assert (landing / "sub" / "b.json").is_file() and not (copy / "sub" / "b.json").exists()
+    # an archive on another file system (Spark cannot archive there either)
+    if os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        return
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        shm_copy = Path(archived(other, landing))
+        shm_copy.mkdir(parents=True)
+        (shm_copy / "c.json").write_text("{}\n")
+        with pytest.raises(PipelineStateError) as e:
+            restore_archived(landing, Path(other), pipeline="p", key="fact.events.archive_dir")
+        assert "another file system" in str(e.value) and "0 of 1 moved" in str(e.value), str(e.value)

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import shlex
@@ -118,9 +119,21 @@ def restore_archived(landing: Path, archive: Path, *, pipeline: str, key: str) -
     holds. A rerun after an interruption moves what is left. Raises as
     :func:`check_restorable`, before moving anything."""
     moves = check_restorable(landing, archive, pipeline=pipeline, key=key)
-    for a, b in moves:
-        b.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(a, b)  # one file system (the config check), atomic per file
+    for done, (a, b) in enumerate(moves):
+        try:
+            b.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(a, b)  # atomic per file; keeps the name and the modification time
+        except OSError as e:
+            cross = e.errno == errno.EXDEV
+            raise PipelineStateError(
+                f"pipeline {pipeline}: could not move the archived file {a} back to {b} "
+                f"({e.strerror or e}); {done} of {len(moves)} moved"
+                + (f". {key} is on another file system than the landing folder: Spark cannot "
+                   "archive there either (it leaves the files in place with a WARN); move the "
+                   "archive's files back by hand, keeping their times (`mv`, `cp -p`), and give "
+                   f"{key} a folder on the landing folder's file system" if cross else
+                   ". Fix the cause (the folder's permissions, a file where a folder belongs)")
+                + ", then run it again: it moves what is left.") from None
     return len(moves)
 
 
