@@ -3,21 +3,27 @@ micro-batches out of the landing folder (Spark's ``cleanSource=archive``), so th
 on every run holds only what is new (issue 9's flat cost, as ``source.archive_dir`` for CDC),
 and ``--reprocess`` moves them back before it rebuilds, so the rebuild reads every event again.
 
-Truth: the documented late-event rule computed from the landed files
+Random histories (``test_random_runs_and_rebuilds_match_the_late_event_rule``: a new seed per
+test run, printed on failure, replay with ``CDC_SEED=<n>``; ``CDC_SLOW=1`` draws more) land
+files of events on either side of the watermarks, run at random points and rebuild at random
+points. Truth: the documented late-event rule computed from the landed files
 (:class:`test_enrich_late_events.Landing`, one micro-batch per file), the rows before the
 rebuild, and the folders as listed here. Real Spark, real delta-rs, through :func:`run_enrich`.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
-from test_enrich_late_events import YAML, Landing, _check, _rows
+from test_enrich_late_events import YAML, Landing, _check, _rows, _t
 
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.config import ConfigError, load_pipeline
@@ -183,3 +189,42 @@ def test_a_file_that_cannot_move_back_stops_the_restore_naming_it(tmp_path: Path
         with pytest.raises(PipelineStateError) as e:
             restore_archived(landing, Path(other), pipeline="p", key="fact.events.archive_dir")
         assert "another file system" in str(e.value) and "0 of 1 moved" in str(e.value), str(e.value)
+
+
+SLOW = os.environ.get("CDC_SLOW") == "1"
+
+
+@pytest.mark.parametrize("i", range(4 if SLOW else 1))
+def test_random_runs_and_rebuilds_match_the_late_event_rule(spark, tmp_path: Path, i: int) -> None:
+    from cdc_lake.enrich.job import run_enrich
+
+    seed = int(os.environ.get("CDC_SEED") or random.SystemRandom().randrange(2**31)) + i
+    rng = random.Random(seed)
+    cfg, landing, arc = _setup(tmp_path)
+    newest, n, runs, rebuilds = _t("2026-01-02T10:00:00"), 0, 0, 0
+    for step in range(rng.randint(4, 9 if SLOW else 6)):
+        rows = []
+        for _ in range(rng.randint(1, 4)):
+            n += 1  # ids unique: the rule's truth counts each once
+            back = timedelta(minutes=rng.choice([-90, -60, -30, 0, 20, 61, 150]))
+            rows.append((None if rng.random() < 0.1 else f"e{n}", n,
+                         (newest - back).strftime("%Y-%m-%dT%H:%M:%S") + "Z"))
+        landing.land(f"f{step:02d}.json", rows)
+        newest = max([newest] + [_t(t.rstrip("Z")) for _, _, t in rows])
+        if rng.random() < 0.5:
+            rebuild = rng.random() < 0.3 and runs > 0
+            run_enrich(cfg, spark=spark, run_id=f"r{step}", reprocess=rebuild)
+            runs, rebuilds = runs + 1, rebuilds + rebuild
+    run_enrich(cfg, spark=spark, run_id="last", reprocess=rebuilds == 0)  # at least one rebuild
+    context = f"CDC_SEED={seed} runs={runs + 1} rebuilds={max(rebuilds, 1)} files={landing.names}"
+    enriched, late = landing.truth()
+    got = {r["event_id"] for r in _rows(tmp_path / "gold/ev")}
+    assert got == enriched, (context, got ^ enriched)
+    q = _rows(tmp_path / "gold/_quarantine")  # a log: a rebuild appends its rows again
+    got_late = {json.loads(r["raw_line"])["event_id"] for r in q if r["reason"].startswith("late event")}
+    assert got_late == late, (context, got_late ^ late)
+    qty = sum(r["qty"] for rows in landing.files for r in rows if r["event_id"] in enriched)
+    assert [(r["units"], r["count"]) for r in _rows(tmp_path / "gold/per_cat")] == (
+        [(qty, len(enriched))] if enriched else []), context
+    # every file read is in the archive but the last batch's (one file per batch)
+    assert (_listed(landing.dir), _listed(arc)) == (landing.names[-1:], landing.names[:-1]), context
