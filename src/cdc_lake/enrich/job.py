@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from cdc_lake.checkpoint import claim_checkpoint, instance_id
 from cdc_lake.checkpoint_log import (PipelineStateError, remove_unfinished_writes,
                                       validate_checkpoint)
-from cdc_lake.engines import Engine, select_engine
+from cdc_lake.engines import DeltaRsEngine, Engine, select_engine
 from cdc_lake.enrich import aggregate as agg_mod
 from cdc_lake.enrich import rejoin
 from cdc_lake.enrich.rejoin import Passes
@@ -41,6 +41,7 @@ from cdc_lake.enrich.state import (EnrichNeedsReprocess, check_definitions, chec
                                    recovery_command)
 from cdc_lake.enrich.table_damage import check_dimensions_present
 from cdc_lake.enrich.counts import EnrichStats
+from cdc_lake.enrich.fast_path import nothing_to_do
 from cdc_lake.enrich.writer import EnrichBatch
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.runids import safe_run_id
@@ -93,6 +94,21 @@ def _instance(cfg: EnrichConfig) -> str:
     return instance_id(cfg.checkpoint_path)
 
 
+def _no_op_engine(cfg: EnrichConfig, run_started: datetime) -> Engine | None:
+    """The engine (delta-rs, no Spark session) of a run with nothing to do, after the checks a
+    run makes before its stream; None when the run needs Spark (:mod:`.fast_path`)."""
+    engine = DeltaRsEngine(None)  # type: ignore[arg-type]  (reads versions and logs only)
+    if not nothing_to_do(cfg, engine, run_started):
+        return None
+    validate_checkpoint(cfg.checkpoint_path, recovery=_recovery(cfg))  # damaged: exit 3
+    check_definitions(cfg)  # aggregate new or changed: exit 2
+    check_tables(cfg)       # own tables lost commits / deleted: exit 3
+    check_dimensions_present(cfg)  # a dimension batches read is gone: exit 3
+    print(f"[enrich] pipeline {cfg.name}: no new event file and no re-join pass due; "
+          "Spark not started", flush=True)
+    return engine
+
+
 class FactTableMissing(RuntimeError):
     """The change-feed fact table does not exist: the run fails before reading or writing
     (exit 1, retried by Airflow: the upstream pipeline may create it)."""
@@ -126,33 +142,38 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
         try:
             claim_checkpoint(cfg.checkpoint_path, cfg.name, "enrich", cfg.file)  # another's: exit 3
             run_started = rejoin.run_started(cfg, started_at)  # an unfinished run's, if any
-            spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
-            check_file_name_encoding(spark, cfg)  # a JVM without a UTF-8 locale: exit 2
-            source_ready = prefetch_source(spark, cfg)  # overlaps the checks below
-            engine = select_engine(spark, cfg.engine)
-            preflight(spark, cfg, engine)  # YAML vs the tables' schemas / Spark SQL: exit 2
-            if cfg.fact.kind == "change_feed" and not engine.exists(str(cfg.fact.change_feed)):
-                raise FactTableMissing(
-                    f"pipeline {cfg.name}: the fact table {cfg.fact.change_feed} (fact.change_feed "
-                    f"in {cfg.file}) does not exist (yet): run the pipeline that writes it first "
-                    "(its first run creates it), or correct the path. Nothing was read or written"
-                    + (", nothing reset" if reprocess else ""))
-            if reprocess:
-                reset(cfg)  # what the rebuild reads must all be there first (exit 3, nothing reset)
-            elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
-                raise EnrichNeedsReprocess(
-                    f"pipeline {cfg.name}: an earlier --reprocess did not finish; run it again: "
-                    f"{_recovery(cfg)}")
+            # nothing to do (an events pipeline, no new file, no re-join pass due): no Spark
+            fast = None if spark is not None or reprocess else _no_op_engine(cfg, run_started)
+            if fast is not None:
+                engine, progress, snapshot = fast, [], EnrichStats()
             else:
-                check_definitions(cfg)  # aggregate new or changed: exit 2
-                check_tables(cfg)       # own tables lost commits / deleted: exit 3
-                check_dimensions_present(cfg)  # a dimension batches read is gone: exit 3
-            snapshot = EnrichStats()  # the --reprocess snapshot batch, reported on its own
-            if reprocess:
-                bootstrap(spark, cfg, engine, run_id, snapshot)
-            source_ready()
-            progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook,
-                                   started_at=run_started, passes=passes)
+                spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
+                check_file_name_encoding(spark, cfg)  # a JVM without a UTF-8 locale: exit 2
+                source_ready = prefetch_source(spark, cfg)  # overlaps the checks below
+                engine = select_engine(spark, cfg.engine)
+                preflight(spark, cfg, engine)  # YAML vs the tables' schemas / Spark SQL: exit 2
+                if cfg.fact.kind == "change_feed" and not engine.exists(str(cfg.fact.change_feed)):
+                    raise FactTableMissing(
+                        f"pipeline {cfg.name}: the fact table {cfg.fact.change_feed} (fact.change_feed "
+                        f"in {cfg.file}) does not exist (yet): run the pipeline that writes it first "
+                        "(its first run creates it), or correct the path. Nothing was read or written"
+                        + (", nothing reset" if reprocess else ""))
+                if reprocess:
+                    reset(cfg)  # what the rebuild reads must all be there first (exit 3, nothing reset)
+                elif (cfg.checkpoint_path / REPROCESS_MARK).is_file():
+                    raise EnrichNeedsReprocess(
+                        f"pipeline {cfg.name}: an earlier --reprocess did not finish; run it again: "
+                        f"{_recovery(cfg)}")
+                else:
+                    check_definitions(cfg)  # aggregate new or changed: exit 2
+                    check_tables(cfg)       # own tables lost commits / deleted: exit 3
+                    check_dimensions_present(cfg)  # a dimension batches read is gone: exit 3
+                snapshot = EnrichStats()  # the --reprocess snapshot batch, reported on its own
+                if reprocess:
+                    bootstrap(spark, cfg, engine, run_id, snapshot)
+                source_ready()
+                progress = _run_stream(spark, cfg, engine, run_id, stats, batch_hook,
+                                       started_at=run_started, passes=passes)
             rejoin.run_finished(cfg)
         except Exception as e:
             source_ready()  # no Py4J call of the background registration outlives the run

@@ -1,0 +1,88 @@
+"""An events enrichment run with nothing to do starts no Spark session; every run with work does:
+a new event file (and, not decided without Spark, a subfolder), a re-join pass due (a parked fact's member arrived), a
+planned batch not committed, an unfinished ``--reprocess``. Real delta-rs tables and real Spark
+runs around the skipped ones; ``build_session`` is replaced by a function that fails the test,
+so a run that needed Spark and skipped it, or skipped it and needed it, is seen."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from test_enrich_late_events import _rows, _setup
+
+import cdc_lake.enrich.job as job
+from cdc_lake.engines import DeltaRsEngine
+from cdc_lake.enrich.fast_path import nothing_to_do
+from cdc_lake.enrich.job import run_enrich
+
+
+def _no_spark(*a, **k):  # type: ignore[no-untyped-def]
+    raise AssertionError("Spark was started")
+
+
+def _ids(tmp_path: Path) -> set:
+    return {r["event_id"] for r in _rows(tmp_path / "gold/ev")}
+
+
+def test_nothing_new_starts_no_spark_and_a_new_file_does(spark, tmp_path: Path, monkeypatch) -> None:
+    cfg, landing = _setup(tmp_path)
+    landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z"), ("e2", 2, "2026-01-02T10:05:00Z")])
+    run_enrich(cfg, spark=spark, run_id="r1")
+    versions = {p: DeltaRsEngine(None).version(str(tmp_path / p)) for p in ("gold/ev", "gold/per_cat")}
+    monkeypatch.setattr(job, "build_session", _no_spark)
+    (landing.dir / ".b.json.tmp").write_text("{}\n")  # hidden: Spark's file source skips it
+    s = run_enrich(cfg, run_id="r2")
+    assert (s["batches"], s["facts_read"], s["engine"], s["pending_rows"]) == (0, 0, "deltalake", 0), s
+    assert s["tables"]["enriched"] == versions["gold/ev"], s
+    assert {p: DeltaRsEngine(None).version(str(tmp_path / p)) for p in versions} == versions
+    landing.land("b.json", [("e3", 4, "2026-01-02T10:10:00Z")])
+    with pytest.raises(AssertionError, match="Spark was started"):
+        run_enrich(cfg, run_id="r3")
+    run_enrich(cfg, spark=spark, run_id="r4")
+    assert _ids(tmp_path) == {"e1", "e2", "e3"}
+    assert run_enrich(cfg, run_id="r5")["batches"] == 0  # nothing new again: no Spark
+    # a subfolder: Spark reads partition folders (``k=v``) of a file source; not decided here
+    (landing.dir / "day=2026-01-02").mkdir()
+    with pytest.raises(AssertionError, match="Spark was started"):
+        run_enrich(cfg, run_id="r6")
+
+
+def test_a_re_join_pass_due_goes_through_spark(spark, tmp_path: Path, monkeypatch) -> None:
+    cfg, landing = _setup(tmp_path)
+    landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z")])
+    landing.land("b.json", [("e2", 2, "2026-01-02T10:05:00Z")])
+    b = landing.dir / "b.json"  # e2's product is not in the dimension yet: parked
+    b.write_text(b.read_text().replace('"product_id": 1', '"product_id": 2'))
+    os.utime(b, (landing.mtime, landing.mtime))
+    s = run_enrich(cfg, spark=spark, run_id="r1")
+    assert s["parked"] == 1 and _ids(tmp_path) == {"e1"}, s
+    monkeypatch.setattr(job, "build_session", _no_spark)
+    assert run_enrich(cfg, run_id="r2")["batches"] == 0  # parked, nothing changed: no Spark
+    write_deltalake(str(tmp_path / "products"),
+                    pa.table({"id": pa.array([2], pa.int64()), "cat": ["tools"]}), mode="append")
+    with pytest.raises(AssertionError, match="Spark was started"):  # the member arrived
+        run_enrich(cfg, run_id="r3")
+    s = run_enrich(cfg, spark=spark, run_id="r4")
+    assert s["rejoin"] and s["rejoin"]["released"] == 1 and _ids(tmp_path) == {"e1", "e2"}, s
+    assert run_enrich(cfg, run_id="r5")["batches"] == 0
+
+
+def test_an_uncommitted_batch_or_an_unfinished_reprocess_needs_spark(spark, tmp_path: Path) -> None:
+    cfg, landing = _setup(tmp_path)
+    now = datetime.now(timezone.utc)
+    assert not nothing_to_do(cfg, DeltaRsEngine(None), now)  # no checkpoint yet
+    landing.land("a.json", [("e1", 1, "2026-01-02T10:00:00Z")])
+    run_enrich(cfg, spark=spark, run_id="r1")
+    cp = cfg.checkpoint_path
+    assert nothing_to_do(cfg, DeltaRsEngine(None), now)
+    (cp / "enrich_reprocess.json").write_text("{}")
+    assert not nothing_to_do(cfg, DeltaRsEngine(None), now)
+    (cp / "enrich_reprocess.json").unlink()
+    last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    (cp / "commits" / str(last)).rename(cp / f"commit-{last}.aside")
+    assert not nothing_to_do(cfg, DeltaRsEngine(None), now)  # Spark replays the batch
