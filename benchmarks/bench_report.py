@@ -112,6 +112,11 @@ def report(res: dict[str, Any], pngs: list[str]) -> str:
              "spark-submit wall", f"{vs['median_job_s']} s",
              f"{vs['median_count_s']} s (read+count of the file's lines)",
              vs["ratio"], f"≤ {TARGETS['small']}×", verdict(vs["ratio"], TARGETS["small"])),
+            *([("enrichment, events: nothing new", "a scheduled run with no new file and no "
+                "re-join pass due (no Spark session), spark-submit wall",
+                f"{vs['median_noop_s']} s", f"{vs['median_count_s']} s (read+count of one file)",
+                round(vs["median_noop_s"] / vs["median_count_s"], 2), "—",
+                "no target in the issue (CDC: met)")] if "median_noop_s" in vs else []),
             ("enrichment, events: large batch", f"{vl['events']} JSON events, {vl['files']} files, "
              f"empty output, {vl['events_per_s']} events/s, spark-submit wall", f"{vl['median_job_s']} s",
              f"{vl['median_scan_s']} s (read+count)", vl["ratio"], f"≤ {TARGETS['large']}×",

@@ -38,6 +38,7 @@ def test_benchmark_quick_size_runs_and_writes_the_report(tmp_path):
     assert res["small"]["median_count_s"] > 0 and res["large"]["median_scan_s"] > 0
     assert res["enrich"]["large"]["events"] == 4000 and res["enrich"]["small"]["median_job_s"] > 0
     assert res["events"]["large"]["events"] == 4000 and res["events"]["small"]["median_job_s"] > 0
+    assert len(res["events"]["small"]["noop_wall_s"]) == 1 and "| enrichment, events: nothing new |" in report
     h = res["events_history"]
     assert len(h["run_s"]) == 5 and h["big_events"] == 4000 and h["enriched_rows"] == 5 * 200 + 4000 + 3 * 200
     lh = res["landing"]
