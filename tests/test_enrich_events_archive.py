@@ -4,9 +4,9 @@ on every run holds only what is new (issue 9's flat cost, as ``source.archive_di
 and ``--reprocess`` moves them back before it rebuilds, so the rebuild reads every event again.
 
 Random histories (``test_random_runs_and_rebuilds_match_the_late_event_rule``: a new seed per
-test run, printed on failure, replay with ``CDC_SEED=<n>``; ``CDC_SLOW=1`` draws more) land
+test run, printed on failure, replay with ``CDC_SEED=<n>``; ``CDC_SLOW=1``) land
 files of events on either side of the watermarks, run at random points and rebuild at random
-points. Truth: the documented late-event rule computed from the landed files
+points (slow tier). Truth: the documented late-event rule computed from the landed files
 (:class:`test_enrich_late_events.Landing`, one micro-batch per file), the rows before the
 rebuild, and the folders as listed here. Real Spark, real delta-rs, through :func:`run_enrich`.
 """
@@ -194,7 +194,8 @@ def test_a_file_that_cannot_move_back_stops_the_restore_naming_it(tmp_path: Path
 SLOW = os.environ.get("CDC_SLOW") == "1"
 
 
-@pytest.mark.parametrize("i", range(4 if SLOW else 1))
+@pytest.mark.slow  # adds volume: the default tier's archive and rebuild tests above are fixed cases
+@pytest.mark.parametrize("i", range(4))
 def test_random_runs_and_rebuilds_match_the_late_event_rule(spark, tmp_path: Path, i: int) -> None:
     from cdc_lake.enrich.job import run_enrich
 
