@@ -272,8 +272,8 @@ def _source_log(path: Path, field: str) -> list[tuple[str, int | None]]:
 
 # Parsed file-source log files by (path, size, mtime, fields): Spark writes each log file once,
 # by rename, and one run reads the log several times (the checkpoint check, the batch's files);
-# a compact file lists every file the stream ever took (15,000 entries: 0.4 s per parse, one
-# line at a time).
+# a compact file lists every file the stream ever took (15,000 entries: 0.12-0.14 s per check
+# of the whole log, one line at a time; now 0.12 s once, 0.009 s for each later read).
 _PARSED: dict[tuple[str, int, int, tuple[str, ...]], list[tuple[Any, ...]]] = {}
 
 
