@@ -27,7 +27,7 @@ from test_enrich_late_events import YAML, Landing, _check, _rows, _t
 
 from cdc_lake.checkpoint_log import PipelineStateError
 from cdc_lake.config import ConfigError, load_pipeline
-from cdc_lake.sources.landing_files import archived
+from cdc_lake.sources.landing_history import archived
 
 
 def _setup(tmp_path: Path, archive: str = "arc"):  # type: ignore[no-untyped-def]
@@ -161,7 +161,7 @@ def test_reprocess_stops_when_an_event_file_read_before_is_in_no_folder_it_reads
 def test_a_file_that_cannot_move_back_stops_the_restore_naming_it(tmp_path: Path) -> None:
     import tempfile
 
-    from cdc_lake.sources.landing_files import restore_archived
+    from cdc_lake.sources.landing_history import restore_archived
 
     landing = tmp_path / "landing"
     landing.mkdir()

@@ -1,8 +1,10 @@
-"""An events enrichment run with nothing to do starts no Spark session; every run with work does:
-a new event file (and, not decided without Spark, a subfolder), a re-join pass due (a parked fact's member arrived), a
-planned batch not committed, an unfinished ``--reprocess``. Real delta-rs tables and real Spark
-runs around the skipped ones; ``build_session`` is replaced by a function that fails the test,
-so a run that needed Spark and skipped it, or skipped it and needed it, is seen."""
+"""An enrichment run with nothing to do starts no Spark session; every run with work does: a new
+event file (and, not decided without Spark, a subfolder), a new fact-table version of a change
+feed (or a fact table behind the checkpoint), a re-join pass due (a parked fact's member
+arrived), a planned batch not committed, an unfinished ``--reprocess``. Real delta-rs tables
+and real Spark runs around the skipped ones; ``build_session`` is replaced by a function that
+fails the test, so a run that needed Spark and skipped it, or skipped it and needed it, is
+seen."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def test_nothing_new_starts_no_spark_and_a_new_file_does(spark, tmp_path: Path, 
     versions = {p: DeltaRsEngine(None).version(str(tmp_path / p)) for p in ("gold/ev", "gold/per_cat")}
     monkeypatch.setattr(job, "build_session", _no_spark)
     (landing.dir / ".b.json.tmp").write_text("{}\n")  # hidden: Spark's file source skips it
+    (landing.dir / "c.json._COPYING_").write_text("{}\n")  # `hdfs dfs -put`'s temp name: skipped too
     s = run_enrich(cfg, run_id="r2")
     assert (s["batches"], s["facts_read"], s["engine"], s["pending_rows"]) == (0, 0, "deltalake", 0), s
     assert s["tables"]["enriched"] == versions["gold/ev"], s
@@ -47,9 +50,12 @@ def test_nothing_new_starts_no_spark_and_a_new_file_does(spark, tmp_path: Path, 
     assert _ids(tmp_path) == {"e1", "e2", "e3"}
     assert run_enrich(cfg, run_id="r5")["batches"] == 0  # nothing new again: no Spark
     # a subfolder: Spark reads partition folders (``k=v``) of a file source; not decided here
-    (landing.dir / "day=2026-01-02").mkdir()
-    with pytest.raises(AssertionError, match="Spark was started"):
-        run_enrich(cfg, run_id="r6")
+    # (``_k=v`` too: not hidden for Spark, unlike other ``_`` names)
+    for sub in ("_day=2026-01-02", "day=2026-01-02"):
+        (landing.dir / sub).mkdir()
+        with pytest.raises(AssertionError, match="Spark was started"):
+            run_enrich(cfg, run_id="r6")
+        (landing.dir / sub).rmdir()
 
 
 def test_a_re_join_pass_due_goes_through_spark(spark, tmp_path: Path, monkeypatch) -> None:
@@ -86,3 +92,35 @@ def test_an_uncommitted_batch_or_an_unfinished_reprocess_needs_spark(spark, tmp_
     last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
     (cp / "commits" / str(last)).rename(cp / f"commit-{last}.aside")
     assert not nothing_to_do(cfg, DeltaRsEngine(None), now)  # Spark replays the batch
+
+
+def test_a_change_feed_run_starts_spark_only_for_a_new_fact_version(spark, tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    from deltalake import DeltaTable
+    from test_enrich_job import Lake, base, lines, products
+
+    lake = Lake(tmp_path, spark)
+    lake.create("products", products((1, "apple", "fruit")))
+    lake.create("facts", lines((1, 1, 2, "1.00", "2026-01-02T10:00:00")))
+    base(lake, wait="1000h")
+    run_enrich(lake.cfg, spark=spark, run_id="r1")
+    outputs = ("gold/lines", "gold/rev")
+    versions = {p: DeltaTable(lake.path(p)).version() for p in outputs}
+    monkeypatch.setattr(job, "build_session", _no_spark)
+    s = run_enrich(lake.cfg, run_id="r2")  # the fact table is where batch 0 read it to: no Spark
+    assert (s["batches"], s["facts_read"], s["pending_rows"]) == (0, 0, 0), s
+    assert {p: DeltaTable(lake.path(p)).version() for p in outputs} == versions
+    lake.upsert("products", products((1, "apple", "pome")), "id")  # no fact waits for it
+    assert run_enrich(lake.cfg, run_id="r3")["batches"] == 0
+    lake.upsert("facts", lines((2, 1, 3, "2.00", "2026-01-02T11:00:00")), "line_id")
+    with pytest.raises(AssertionError, match="Spark was started"):
+        run_enrich(lake.cfg, run_id="r4")
+    assert run_enrich(lake.cfg, spark=spark, run_id="r5")["facts_read"] == 1
+    assert lake.rows("gold/lines", "line_id", "category") == [(1, "fruit"), (2, "pome")]
+    assert run_enrich(lake.cfg, run_id="r6")["batches"] == 0  # read up to the latest again
+    # a fact table behind the checkpoint (re-created, fewer versions): Spark, which stops it
+    import shutil
+    shutil.rmtree(lake.path("facts"))
+    lake.create("facts", lines((1, 1, 2, "1.00", "2026-01-02T10:00:00")))
+    with pytest.raises(AssertionError, match="Spark was started"):
+        run_enrich(lake.cfg, run_id="r7")

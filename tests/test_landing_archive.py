@@ -16,7 +16,7 @@ from job_helpers import event, land, rows
 from cdc_lake.cdc.job import run_pipeline
 from cdc_lake.config import ConfigError, load_pipeline
 from cdc_lake.paths import check_shared_paths
-from cdc_lake.sources.landing_files import archived, history_pattern
+from cdc_lake.sources.landing_history import archived, history_pattern
 
 YAML = """pipeline: {name}
 source: {{format: maxwell, path: {landing}, database: shop, archive_dir: {archive}}}

@@ -29,16 +29,14 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from cdc_lake.cdc.config import PipelineConfig
 from cdc_lake.config import ConfigError
 from cdc_lake.checkpoint_log import (PipelineStateError, last_committed_batch, last_offset_batch,
-                                     read_offsets, read_source_entries,
-                                     source_log_files)
+                                     read_offsets, source_log_files)
 from cdc_lake.paths import mv_aside
-from cdc_lake.sources.landing_files import archived, present
+from cdc_lake.sources.landing_history import (archived, local_entries, present, spark_skips,
+                                             taken_files)
 
 __all__ = ["Backlog", "LandedFileChanged", "LandingFileNames", "backlog", "check_landed_files_unchanged",
            "check_landing_names", "nothing_new"]
@@ -106,7 +104,7 @@ def _pending(cfg: PipelineConfig, *, full_refresh: bool) -> Backlog | None:
         folders += [kept] if os.path.isdir(kept) else []
     for entry in (e for folder in folders for e in os.scandir(folder)):
         name = entry.name
-        if _hidden(name):
+        if spark_skips(name):
             continue  # what Spark's file index skips (InMemoryFileIndex.shouldFilterOutPathName)
         if not entry.is_file():
             return None  # a folder (Spark lists recursively) or something odd
@@ -116,12 +114,6 @@ def _pending(cfg: PipelineConfig, *, full_refresh: bool) -> Backlog | None:
             files += 1
             size += entry.stat().st_size
     return Backlog(files, size)
-
-
-def _hidden(name: str) -> bool:
-    """Names Spark's file index skips (``InMemoryFileIndex.shouldFilterOutPathName``)."""
-    return name.startswith(".") or (name.startswith("_") and "=" not in name) \
-        or name.endswith("._COPYING_")
 
 
 class LandingFileNames(ConfigError):
@@ -182,7 +174,7 @@ def check_landing_names(cfg: PipelineConfig) -> None:
     bad, globbed, hidden, folders, files, left_out = [], [], [], [], 0, []
     for entry in os.scandir(landing):
         name = entry.name
-        if _hidden(name):
+        if spark_skips(name):
             if not name.endswith("._COPYING_") and not OWN_STATE_FILES.fullmatch(name) \
                     and entry.is_file():
                 hidden.append(name)
@@ -239,29 +231,6 @@ def _log_offset(cfg: PipelineConfig, batch: int, src: object) -> int:
     return int(src["logOffset"])
 
 
-# Per file-source log file (by path, size and modification time: Spark writes each file once,
-# by rename): its entries as (local path or None for another file system, recorded time in ms).
-# One run reads the log three times before Spark starts (nothing new? a taken file changed? the
-# backlog), and the compact file lists every file ever taken: 0.12 s per read at 15,000 files.
-_LOCAL: dict[tuple[str, int, int], list[tuple[str | None, int | None]]] = {}
-
-
-def _local_entries(path: Path) -> list[tuple[str | None, int | None]]:
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    hit = _LOCAL.get(key)
-    if hit is None:
-        hit = []
-        for file_uri, ts in read_source_entries(path):
-            uri = urlsplit(file_uri)
-            local = uri.scheme == "file" and uri.netloc in ("", "localhost")
-            hit.append((os.path.normpath(unquote(uri.path)) if local else None, ts))
-        if len(_LOCAL) >= 64:
-            _LOCAL.clear()
-        _LOCAL[key] = hit
-    return hit
-
-
 def _taken(cfg: PipelineConfig) -> set[str] | None:
     """Local paths the file source took in committed batches; None when the log says something
     this module does not understand (more than one source, a non-local URI)."""
@@ -272,16 +241,7 @@ def _taken(cfg: PipelineConfig) -> set[str] | None:
     entry = read_offsets(cp, committed)
     if len(entry.sources) != 1 or entry.sources[0] is None:  # one file source
         return None
-    log_offset = _log_offset(cfg, committed, entry.sources[0])
-    seen: set[str] = set()
-    for log_id, path in source_log_files(cp, 0):
-        if log_id > log_offset:
-            continue
-        entries = _local_entries(path)
-        if any(local is None for local, _ in entries):
-            return None
-        seen.update(local for local, _ in entries)  # type: ignore[misc]
-    return seen
+    return taken_files(cp, _log_offset(cfg, committed, entry.sources[0]))
 
 
 class LandedFileChanged(PipelineStateError):
@@ -440,7 +400,7 @@ def _taken_entries(cfg: PipelineConfig) -> dict[str, int]:
     for log_id, path in source_log_files(cp, 0):
         if log_id > log_offset:
             continue
-        for local, ts in _local_entries(path):
+        for local, ts in local_entries(path):
             if local is None or ts is None:
                 return {}
             out[local] = max(ts, out.get(local, ts))

@@ -46,7 +46,8 @@ from cdc_lake.cdc.formats import parser_for
 from cdc_lake.locks import pipeline_lock
 from cdc_lake.quarantine_limits import enforce as enforce_quarantine_limits
 from cdc_lake.runids import safe_run_id
-from cdc_lake.sources.landing_files import driver_listing_conf, history_pattern, rerun_command
+from cdc_lake.sources.landing_files import driver_listing_conf, rerun_command
+from cdc_lake.sources.landing_history import history_pattern
 from cdc_lake.spark_session import (batch_handler, build_session, check_file_name_encoding,
                                     driver_java_options, session_settings)
 from cdc_lake.summary import SUMMARY_PREFIX, record_failure, record_summary

@@ -43,7 +43,7 @@ class EventSource:
     max_files_per_trigger: int
     # ``fact.events.archive_dir``: files of committed micro-batches move there (Spark's
     # ``cleanSource=archive``), so the folder listed on every run holds only what is new;
-    # ``--reprocess`` moves them back first (cdc_lake.sources.landing_files.restore_archived)
+    # ``--reprocess`` moves them back first (cdc_lake.sources.landing_history.restore_archived)
     archive_dir: Path | None = None
 
     @property

@@ -117,7 +117,7 @@ def check_events_complete(cfg: EnrichConfig) -> None:
     from cdc_lake.checkpoint_log import PipelineStateError
     from cdc_lake.enrich.state import recovery_command
     from cdc_lake.paths import mv_aside
-    from cdc_lake.sources.landing_files import archived, taken_files_gone
+    from cdc_lake.sources.landing_history import archived, taken_files_gone
 
     ev = cfg.fact.events
     if ev is None:

@@ -104,7 +104,7 @@ def _no_op_engine(cfg: EnrichConfig, run_started: datetime) -> Engine | None:
     check_definitions(cfg)  # aggregate new or changed: exit 2
     check_tables(cfg)       # own tables lost commits / deleted: exit 3
     check_dimensions_present(cfg)  # a dimension batches read is gone: exit 3
-    print(f"[enrich] pipeline {cfg.name}: no new event file and no re-join pass due; "
+    print(f"[enrich] pipeline {cfg.name}: no new fact and no re-join pass due; "
           "Spark not started", flush=True)
     return engine
 
@@ -142,7 +142,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
         try:
             claim_checkpoint(cfg.checkpoint_path, cfg.name, "enrich", cfg.file)  # another's: exit 3
             run_started = rejoin.run_started(cfg, started_at)  # an unfinished run's, if any
-            # nothing to do (an events pipeline, no new file, no re-join pass due): no Spark
+            # nothing to do (no new fact, no re-join pass due): no Spark
             fast = None if spark is not None or reprocess else _no_op_engine(cfg, run_started)
             if fast is not None:
                 engine, progress, snapshot = fast, [], EnrichStats()

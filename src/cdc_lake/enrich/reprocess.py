@@ -28,7 +28,7 @@ from cdc_lake.enrich.fact_source import START_FILE, check_events_complete
 from cdc_lake.enrich.state import check_reset, record_definitions
 from cdc_lake.enrich.table_damage import check_dimensions_present, check_inputs_present
 from cdc_lake.enrich.writer import EnrichBatch
-from cdc_lake.sources.landing_files import check_restorable, restore_archived
+from cdc_lake.sources.landing_history import check_restorable, restore_archived
 
 REPROCESS_MARK = "enrich_reprocess.json"
 
@@ -39,7 +39,7 @@ def reset(cfg: EnrichConfig) -> None:
     tables, event files: exit 3) and that none of the paths holds anything the job does not own
     (:func:`check_reset`: exit 2); nothing is deleted when a check fails. With
     ``fact.events.archive_dir`` the archived event files move back into the events folder first
-    (:func:`~cdc_lake.sources.landing_files.restore_archived`)."""
+    (:func:`~cdc_lake.sources.landing_history.restore_archived`)."""
     check_inputs_present(cfg)  # a deleted upstream data file
     check_events_complete(cfg)  # an event file read before, gone
     check_dimensions_present(cfg)

@@ -17,125 +17,17 @@ Example::
 
 from __future__ import annotations
 
-import errno
-import fnmatch
 import os
 import shlex
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
-from cdc_lake.checkpoint_log import (PipelineStateError, batch_source_entries, read_source_entries,
-                                     source_log_files)
+from cdc_lake.checkpoint_log import PipelineStateError, batch_source_entries
+from cdc_lake.sources.landing_history import local_path, present
 
-__all__ = ["CODEC_SUFFIXES", "LandedFileMissing", "TASK_BYTES", "archived", "archived_files",
-           "check_restorable", "restore_archived", "taken_files_gone",
-           "check_batch_files_present", "existing", "explain_read_failure", "history_pattern",
-           "LISTING_THRESHOLD", "driver_listing_conf", "present", "read_partitions",
+__all__ = ["LandedFileMissing", "TASK_BYTES", "check_batch_files_present", "existing",
+           "explain_read_failure", "LISTING_THRESHOLD", "driver_listing_conf", "read_partitions",
            "rerun_command"]
-
-# Spark reads a file by its codec suffix: `gzip f.json` in place leaves f.json.gz, a new file the
-# stream takes (when the glob lets it), so f.json's lines are not lost.
-CODEC_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst")
-
-
-def present(path: str, glob: str | None) -> bool:
-    """The file is there, or compressed in place under a name the source reads."""
-    return os.path.exists(path) or any(
-        os.path.exists(path + ext) and (glob is None or fnmatch.fnmatchcase(
-            os.path.basename(path + ext), glob)) for ext in CODEC_SUFFIXES)
-
-
-def archived(archive: str | os.PathLike[str], path: str | os.PathLike[str]) -> str:
-    """Where Spark's ``cleanSource=archive`` moves a processed file: the archive folder plus the
-    file's own absolute path (``archived("/arc", "/land/f.json")`` -> ``/arc/land/f.json``)."""
-    return os.path.join(os.fspath(archive), os.fspath(path).lstrip("/"))
-
-
-def history_pattern(landing: str | os.PathLike[str], archive: str | os.PathLike[str] | None) -> str:
-    """The path a full refresh reads: the landing folder, or with an archive one Hadoop pattern
-    over it and its archived copy, ``/{land,arc/land}`` (absolute local paths without ','; the
-    braces must follow the root, since Spark qualifies a path before globbing it)."""
-    if archive is None:
-        return os.fspath(landing)
-    return "/{" + os.fspath(landing).lstrip("/") + "," + archived(archive, landing).lstrip("/") + "}"
-
-
-def archived_files(landing: Path, archive: Path) -> list[tuple[Path, Path]]:
-    """Every file Spark's ``cleanSource=archive`` moved out of ``landing`` into ``archive``, as
-    ``(archived copy, its place in the landing folder)``, in path order."""
-    root = Path(archived(archive, landing))
-    out = []
-    for dirpath, _dirs, names in os.walk(root):  # nothing when the archive holds none yet
-        for n in names:
-            src = Path(dirpath) / n
-            out.append((src, Path(landing) / src.relative_to(root)))
-    return sorted(out)
-
-
-def taken_files_gone(checkpoint: Path, archive: Path | None) -> list[str] | None:
-    """The local files the file source has taken (every entry of ``<checkpoint>/sources/0``)
-    that are neither where they were nor, with ``archive``, where Spark archives them (nor
-    compressed in place), in path order: what a rebuild from the folder would lack. None when
-    the log names a file of another file system (not checked)."""
-    gone: set[str] = set()
-    for _log_id, log in source_log_files(checkpoint, 0):
-        for uri, _ts in read_source_entries(log):
-            u = urlsplit(uri)
-            if u.scheme != "file" or u.netloc not in ("", "localhost"):
-                return None
-            path = os.path.normpath(unquote(u.path))
-            if not present(path, None) and (archive is None or not present(archived(archive, path), None)):
-                gone.add(path)
-    return sorted(gone)
-
-
-def check_restorable(landing: Path, archive: Path, *, pipeline: str,
-                     key: str) -> list[tuple[Path, Path]]:
-    """The moves :func:`restore_archived` would make (:func:`archived_files`).
-
-    Raises:
-        PipelineStateError: a landing file has the name of an archived one (exit 3): which of
-            the two is the event file to keep is the user's decision, not the job's.
-    """
-    moves = archived_files(landing, archive)
-    clash = [(a, b) for a, b in moves if os.path.lexists(b)]
-    if clash:
-        shown = "; ".join(f"{b} and its archived copy {a}" for a, b in clash[:3])
-        raise PipelineStateError(
-            f"pipeline {pipeline}: {len(clash)} landing file(s) have the name of a file the stream "
-            f"archived ({key}): {shown}{' ...' if len(clash) > 3 else ''}. The rebuild moves "
-            "archived files back into the landing folder to read them again and will not "
-            "overwrite one: keep one of each pair (rename or remove the other), then run it "
-            "again. Nothing was moved or reset.")
-    return moves
-
-
-def restore_archived(landing: Path, archive: Path, *, pipeline: str, key: str) -> int:
-    """Move every archived file back to its place in the landing folder (a rename: same name,
-    same modification time, so a stream started from scratch reads it as it did the first
-    time); the number moved. An events pipeline's ``--reprocess`` calls it before it resets the
-    checkpoint: the new stream lists the landing folder only and would miss what the archive
-    holds. A rerun after an interruption moves what is left. Raises as
-    :func:`check_restorable`, before moving anything."""
-    moves = check_restorable(landing, archive, pipeline=pipeline, key=key)
-    for done, (a, b) in enumerate(moves):
-        try:
-            b.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(a, b)  # atomic per file; keeps the name and the modification time
-        except OSError as e:
-            cross = e.errno == errno.EXDEV
-            raise PipelineStateError(
-                f"pipeline {pipeline}: could not move the archived file {a} back to {b} "
-                f"({e.strerror or e}); {done} of {len(moves)} moved"
-                + (f". {key} is on another file system than the landing folder: Spark cannot "
-                   "archive there either (it leaves the files in place with a WARN); move the "
-                   "archive's files back by hand, keeping their times (`mv`, `cp -p`), and give "
-                   f"{key} a folder on the landing folder's file system" if cross else
-                   ". Fix the cause (the folder's permissions, a file where a folder belongs)")
-                + ", then run it again: it moves what is left.") from None
-    return len(moves)
-
 
 # What one read task of a micro-batch is worth: a batch of many small files is read (and kept, and
 # worked on) in one partition per TASK_BYTES of its files, at least one per core.
@@ -168,7 +60,7 @@ def read_partitions(checkpoint: Path, batch_id: int, parallelism: int,
         return None
     total = 0
     for uri, _ in entries:
-        path = _local(uri)
+        path = local_path(uri)
         if path is None:
             return None
         try:
@@ -195,23 +87,17 @@ def driver_listing_conf(uris: list[str]) -> dict[str, str]:
         with session_settings(spark, driver_listing_conf([str(cfg.landing_path)])):
             query = writer.start()
     """
-    if not uris or any(_local(u) is None for u in uris):
+    if not uris or any(local_path(u) is None for u in uris):
         return {}
     return {LISTING_THRESHOLD: str(2**31 - 1)}
 
 
-def _local(uri: str) -> str | None:
-    """The local path of a file-source log URI, None for another file system."""
-    u = urlsplit(uri)
-    if u.scheme not in ("", "file") or u.netloc not in ("", "localhost"):
-        return None
-    return os.path.normpath(unquote(u.path))
 
 
 def existing(uris: list[str]) -> list[str]:
     """The URIs whose local file exists now (URIs of other file systems are kept): a batch's
     second read of its files skips one compressed in place, as the stream's own read did."""
-    return [u for u in uris if (p := _local(u)) is None or os.path.exists(p)]
+    return [u for u in uris if (p := local_path(u)) is None or os.path.exists(p)]
 
 
 def rerun_command(job: str, pipeline_file: object) -> str:
@@ -261,7 +147,7 @@ def check_batch_files_present(checkpoint: Path, batch_id: int, *, pipeline: str,
         return
     gone: list[tuple[str, int | None]] = []
     for uri, ms in entries or []:
-        path = _local(uri)
+        path = local_path(uri)
         if path is not None and not present(path, glob):
             gone.append((path, ms))
     if gone:
