@@ -124,7 +124,7 @@ def case_enrich(work: Path, small_events: int, large_events: int, reps: int,
              "median_job_s": round(statistics.median(job_s), 2),
              "median_count_s": round(statistics.median(count_s), 2)}
     small["ratio"] = round(small["median_job_s"] / small["median_count_s"], 2)
-    # a scheduled run that finds no new file: no Spark session (enrich.fast_path)
+    # a scheduled run that finds no new fact version: no Spark session (enrich.fast_path)
     noop = [wall([*job, "--pipeline", str(cfg), "--run-id", f"noop{i}"], log) for i in range(reps)]
     small["noop_wall_s"] = noop
     small["median_noop_s"] = round(statistics.median(noop), 2)

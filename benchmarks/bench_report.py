@@ -100,6 +100,11 @@ def report(res: dict[str, Any], pngs: list[str]) -> str:
             ("enrichment: small increment", f"{es['events']} fact changes in one commit, spark-submit wall",
              f"{es['median_job_s']} s", f"{es['median_count_s']} s (read+count of the commit's files)",
              es["ratio"], f"≤ {TARGETS['small']}×", verdict(es["ratio"], TARGETS["small"])),
+            *([("enrichment: nothing new", "a scheduled run with no new fact-table version and "
+                "no re-join pass due (no Spark session), spark-submit wall",
+                f"{es['median_noop_s']} s", f"{es['median_count_s']} s (read+count of one commit)",
+                round(es["median_noop_s"] / es["median_count_s"], 2), "—",
+                "no target in the issue (CDC: met)")] if "median_noop_s" in es else []),
             ("enrichment: large batch", f"{el['events']} facts in one commit, empty output, "
              f"{el['events_per_s']} events/s, spark-submit wall", f"{el['median_job_s']} s",
              f"{el['median_scan_s']} s (read+count)", el["ratio"], f"≤ {TARGETS['large']}×",
