@@ -368,3 +368,26 @@ def test_driver_side_frames_keep_the_exact_schema(spark):
     assert got["local"] == datetime(2026, 1, 2, 3, 4, 5)
     assert got["versions"] == {"orders": 3, "gone": None}
     assert got["inner"] == {"d": date(2026, 1, 2), "b": bytearray(b"\x00\xff")}
+
+
+def test_deltalake_count_reads_file_statistics_or_the_footers_of_files_without(spark, tmp_path):
+    """delta-rs: ``count`` sums the log's ``numRecords``; a file whose add action has no
+    statistics (another writer's choice) is counted from its Parquet footer instead."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    engine = select_engine(spark, "deltalake")
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1, 2, 3]}))
+    write_deltalake(path, pa.table({"id": [4, 5]}), mode="append")
+    DeltaTable(path).delete("id = 2")  # rewrites the first file: the snapshot, not every file
+    assert engine.count(path) == 4
+    log = tmp_path / "t" / "_delta_log" / "00000000000000000001.json"
+    actions = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
+    assert any("stats" in a.get("add", {}) for a in actions)
+    log.write_text("".join(json.dumps({"add": {k: v for k, v in a["add"].items() if k != "stats"}}
+                                      if "add" in a else a) + "\n" for a in actions))
+    assert engine.count(path) == 4  # the appended file's 2 rows from its footer
+    assert engine.count(str(tmp_path / "nope")) == 0
