@@ -723,6 +723,19 @@ def _bounds(res: dict[str, Any]) -> str:
         "2.65x (3.29x on the earlier sitting; the read+count took 4.20-5.77 s on this one), large "
         "batch 15.36 vs 4.67 s, 3.29x, 13,021 events/s. The small increment's work was not "
         "changed.")
+    lines.append(
+        "2026-12-01, third sitting, later (`--cases enrich,events`): the delta-rs engine's row "
+        "count (the pending table's, read by the re-join check of every run and by its summary) "
+        "now sums the log's `numRecords` statistics instead of opening a `pyarrow.dataset`, "
+        "whose import pulls in pandas: 0.3 s of a no-op run's 0.39 s of work in-process (cProfile, "
+        "`/tmp/exp/prof_noop.py`, not in the repo; 0.05 s after). No-op spark-submits: change "
+        "feed 1.68 s (1.63-1.68 s; 2.49 s in the run before), events 1.88 s (1.78-1.98 s; 2.24 s "
+        "in its last run). A spark-submit of an empty Python script with the same options took "
+        "1.28 s (1.23-1.43 s) on this sitting, and one importing the job's modules 1.73 s (4 runs "
+        "each, an earlier moment of the sitting): a no-op run is now within about 0.4 s of "
+        "spark-submit's own floor. The same run, on a slow sitting (read+count 4.8-6.4 s): "
+        "change-feed small 14.35 vs 5.42 s, 2.65x, large 17.80 vs 5.56 s, 3.20x, 11,233 events/s; "
+        "events small 16.21 vs 5.06 s, 3.20x, large 22.09 vs 5.52 s, 4.01x, 9,054 events/s.")
     return "\n\n".join(lines)
 
 
