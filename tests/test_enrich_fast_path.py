@@ -118,6 +118,11 @@ def test_a_change_feed_run_starts_spark_only_for_a_new_fact_version(spark, tmp_p
     assert run_enrich(lake.cfg, spark=spark, run_id="r5")["facts_read"] == 1
     assert lake.rows("gold/lines", "line_id", "category") == [(1, "fruit"), (2, "pome")]
     assert run_enrich(lake.cfg, run_id="r6")["batches"] == 0  # read up to the latest again
+    # `engine: auto` (the README's default): delta-rs reads the state, the summary says so
+    from test_enrich_job import BASE_YAML
+    lake.config(BASE_YAML.replace("WAIT", "1000h").replace("{name: deltalake}", "{name: auto}"))
+    s = run_enrich(lake.cfg, run_id="r6b")
+    assert (s["batches"], s["engine"]) == (0, "auto (not started: nothing new)"), s
     # a fact table behind the checkpoint (re-created, fewer versions): Spark, which stops it
     import shutil
     shutil.rmtree(lake.path("facts"))

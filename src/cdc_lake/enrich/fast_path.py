@@ -6,7 +6,10 @@ of spark-submit wall on the 2-core machine (2026-12-01), for a summary of zeros.
 job's :func:`cdc_lake.cdc.backlog.nothing_new`, :func:`nothing_to_do` answers True only when it
 is sure that Spark would do nothing:
 
-* the ``deltalake`` engine, not ``--reprocess``, no unfinished ``--reprocess`` (its mark);
+* not ``--reprocess``, no unfinished ``--reprocess`` (its mark). Any engine: the state is read
+  with delta-rs (the Delta log is the protocol; a table with a reader feature delta-rs lacks is a
+  doubt), as the CDC job's no-op run does, and the summary says ``<engine> (not started:
+  nothing new)`` for an engine other than ``deltalake``;
 * the checkpoint's last planned micro-batch is committed, and its source offset covers
   everything there is:
 
@@ -44,7 +47,7 @@ __all__ = ["nothing_to_do"]
 
 def nothing_to_do(cfg: EnrichConfig, engine: Engine, run_started: datetime) -> bool:
     """True only when this run would read no fact and run no re-join pass (module doc)."""
-    if cfg.engine != "deltalake" or ":" in cfg.fact.label:
+    if ":" in cfg.fact.label:
         return False
     try:
         offset = _committed_offset(cfg)

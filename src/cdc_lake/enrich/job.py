@@ -138,6 +138,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
     try:
         stats = EnrichStats()
         passes = Passes()
+        label: str | None = None  # the summary's engine when no engine was started
         source_ready: Callable[[], None] = lambda: None  # noqa: E731
         try:
             claim_checkpoint(cfg.checkpoint_path, cfg.name, "enrich", cfg.file)  # another's: exit 3
@@ -146,6 +147,8 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
             fast = None if spark is not None or reprocess else _no_op_engine(cfg, run_started)
             if fast is not None:
                 engine, progress, snapshot = fast, [], EnrichStats()
+                if cfg.engine != "deltalake":  # delta-rs read the state; no table was written
+                    label = f"{cfg.engine} (not started: nothing new)"
             else:
                 spark = spark or build_session(cfg, app_name=f"enrich-{cfg.name}")
                 check_file_name_encoding(spark, cfg)  # a JVM without a UTF-8 locale: exit 2
@@ -184,7 +187,7 @@ def run_enrich(cfg: EnrichConfig, *, spark: SparkSession | None = None, run_id: 
                 "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
             raise
         summary = _summary(cfg, engine, run_id, started_at, time.monotonic() - t0, stats,
-                           progress, reprocess, snapshot, passes)
+                           progress, reprocess, snapshot, passes, engine_label=label)
         record_summary(cfg.runs_path, cfg.name, summary)
     finally:
         lock.release()
@@ -360,7 +363,8 @@ def _raise_unavailable(cfg: EnrichConfig, e: BaseException) -> None:
 
 def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetime, duration: float,
              stats: EnrichStats, progress: list[dict[str, Any]], reprocess: bool,
-             snapshot: EnrichStats | None = None, passes: Passes | None = None) -> dict[str, Any]:
+             snapshot: EnrichStats | None = None, passes: Passes | None = None, *,
+             engine_label: str | None = None) -> dict[str, Any]:
     """Counts and ``batches``/``batch_ids`` are the stream's micro-batches of this run; the
     ``--reprocess`` snapshot batch (its own checkpoint, id 0 like the stream's first) is
     ``reprocess_snapshot`` (None otherwise)."""
@@ -379,7 +383,7 @@ def _summary(cfg: EnrichConfig, engine: Engine, run_id: str, started_at: datetim
     batch_ids = sorted(set(stats.batch_ids))
     return {
         "pipeline": cfg.name, "run_id": run_id, "status": "succeeded", "kind": "enrich",
-        "engine": engine.name, "trigger": cfg.trigger, "reprocess": reprocess,
+        "engine": engine_label or engine.name, "trigger": cfg.trigger, "reprocess": reprocess,
         "started_at": started_at.isoformat(timespec="seconds"),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(duration, 3),
