@@ -262,3 +262,50 @@ def test_unknown_members_are_re_joined_only_when_the_dimensions_changed(spark, t
     assert lake.rows("gold/rev", *AGG)[0] == ("exotic", D2, Decimal("5.00"), 1, 1)
     record.unlink()                   # no record: re-join (at most one scan too many)
     assert restate_needed(lake.cfg, {"products": 2}, {"products": plan(4).commits["dim:products"]}) is True
+
+
+def test_the_statistics_bound_never_hides_a_wait_that_ran_out(tmp_path: Path) -> None:
+    """A run decides "no parked fact has waited" from the pending table's file statistics when
+    it can (``rejoin._may_have_waited``: no row read). Against the exact rule on the rows
+    (oldest ``_parked_at`` before the run's start and ``wait`` past it), random tables of 1-3
+    files and instants within milliseconds of the boundaries: the bound may say "maybe" where the
+    rows say no, never "no" where they say yes. Without statistics it always says "maybe"."""
+    import os
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from cdc_lake.engines import DeltaRsEngine
+    from cdc_lake.enrich.rejoin import _may_have_waited
+
+    seed = int(os.environ.get("CDC_SEED") or random.randrange(2**31))
+    rng, engine = random.Random(seed), DeltaRsEngine(None)  # type: ignore[arg-type]
+    base, decided = datetime(2026, 1, 2, tzinfo=timezone.utc), 0
+    for case in range(24):
+        path, times = str(tmp_path / f"p{case}"), []
+        for _ in range(rng.randint(1, 3)):
+            ts = [base + timedelta(microseconds=rng.randrange(10**9)) for _ in range(rng.randint(1, 4))]
+            write_deltalake(path, pa.table({"line_id": list(range(len(ts))),
+                                            "_parked_at": pa.array(ts, pa.timestamp("us", tz="UTC"))}),
+                            mode="append")
+            times += ts
+        oldest = min(times)
+        for _ in range(20):
+            wait = timedelta(seconds=rng.choice([0, 1, 3600]))
+            started = oldest + timedelta(microseconds=rng.randint(-3000, 3000))
+            now = oldest + wait + timedelta(microseconds=rng.randint(-3000, 3000))
+            exact = oldest < started and oldest + wait <= now
+            maybe = _may_have_waited(engine, path, wait, started, now)
+            assert maybe or not exact, (f"CDC_SEED={seed}: oldest {oldest}, started {started}, "
+                                        f"now {now}, wait {wait}")
+            decided += not maybe
+    assert decided > 0, f"CDC_SEED={seed}: the statistics never decided"
+    # a table whose files carry no statistics: the rows decide
+    log = tmp_path / "p0" / "_delta_log"
+    for f in log.glob("*.json"):
+        actions = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+        f.write_text("".join(json.dumps({"add": {k: v for k, v in a["add"].items() if k != "stats"}}
+                                        if "add" in a else a) + "\n" for a in actions))
+    assert _may_have_waited(engine, str(tmp_path / "p0"), timedelta(0), base, base) is True
