@@ -132,6 +132,8 @@ def test_order_values_the_order_key_cannot_hold_are_errors_not_a_different_order
     cases = {
         "maxwell": {
             mx(position="mysql-bin.9999999999:4"): None,
+            # leading zeros do not count against the slot (the number 7 in 16 digits)
+            mx(position="mysql-bin." + "0" * 15 + "7:" + "0" * 25 + "4"): None,
             mx(position="mysql-bin.000001:" + "9" * 20): None,
             mx(ts=253402300799, position=None): None,  # the last second of year 9999
             mx(ts=-62135596800, xid=1, position="mysql-bin.000001:5"): None,  # the first of year 1
