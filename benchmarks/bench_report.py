@@ -746,6 +746,32 @@ def _bounds(res: dict[str, Any]) -> str:
         "(`/tmp/exp/enrich_forced.py`, not in the repo): 1.51 s (1.43-1.58 s) against 5.31 s "
         "(5.06-5.60 s); in-process, the run's own work 0.33 s -> 0.06 s. Not re-measured by the "
         "bench cases (their pipelines have no parked fact and name `deltalake`).")
+    lines.append(
+        "2026-12-01, fourth sitting (`--cases large,xlarge,peer_long`: their figures dated from "
+        "2026-11-25, before the code-cache fix): large 6.70x (35.25 vs 5.26 s scan), 1M events "
+        "6.64x (82.6 vs 12.4 s), peer at 100 runs of 10k events 5.34x (recompute 45.9 s, "
+        "incremental 8.6 s; every run took about 4.2 s until run 84, then the whole machine "
+        "slowed: the delta-rs writes, no Spark in them, 0.1 -> 0.3 s each, the recompute twice "
+        "the earlier 20.3 s). A second `--cases large` gave 6.68x with the scan at 7.29 s, so "
+        "the ratio held as the sitting slowed: the large-batch ingest had regressed. Bisected "
+        "over the 106 commits since 2026-11-25 that touch the job's code (the batch's survey "
+        "phase of a 200k-event ingest, 14.7-18.4 s before against 22.0-25.7 s after): b207d4f "
+        "(2026-11-28, order values a slot cannot hold are quarantined) made the Maxwell parser "
+        "evaluate the position's two regular expressions about twenty times per line (the seq, "
+        "range and error columns each re-derived them) and a regex per checked field. A warm "
+        "parse of 100k lines (`/tmp/exp/parse_bench.py`, not in the repo, 5 runs): 1.3-2.2 s "
+        "before it, 3.8-4.5 s after, 1.6-2.0 s with the range check taken out. Now the position's "
+        "parts are a projection of their own and the range check counts digits with `ltrim` "
+        "instead of a regex: warm parse 2.7-2.8 s; cold ingests alternating with the tree before "
+        "(2 pairs): survey 17.9 / 18.5 s against 21.3 / 22.0 s, ingest 42.4 / 41.0 s against "
+        "43.8 / 45.3 s. What remains of the range check's cost is Spark's generated code for the "
+        "wider projection: it passes HotSpot's 8000-byte limit for compiling a method "
+        "(`-XX:-DontCompileHugeMethods` made the warm parse 2.3-3.3 s at the tree before), but "
+        "that JVM option made no difference to a cold ingest (2 pairs, 39.1 / 39.9 s with it, "
+        "38.0 / 41.5 s without), so it was not kept. `--cases large,xlarge` after the fix, on a "
+        "sitting slower still (scan 6.71 s, 1M scan 19.2 s): large 6.06x (40.7 s), 1M events "
+        "6.21x (119.5 s). The Debezium parser derives the binlog file number three times per "
+        "event the same way (one regex each); not changed.")
     return "\n\n".join(lines)
 
 
