@@ -271,7 +271,7 @@ def cast(v: Any, type_: str) -> Any:
         if isinstance(v, int | Decimal):
             return str(v)
         if isinstance(v, dict | list):
-            return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+            return json_text(v)
         raise bad()
     if t == "boolean":
         if isinstance(v, bool):
@@ -298,8 +298,19 @@ def infer(v: Any, infer_temporal: bool) -> Any:
         if (ts := parse_timestamp(v)) is not None and not _DATE_RE.match(v):
             return ts
     if isinstance(v, dict | list):
-        return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+        return json_text(v)
     return v
+
+
+def json_text(v: Any) -> str:
+    """Compact JSON of a parsed value whose numbers may be ``Decimal`` (written as their text)."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{json_text(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ",".join(json_text(x) for x in v) + "]"
+    if isinstance(v, Decimal):
+        return str(v)
+    return json.dumps(v, ensure_ascii=False)
 
 
 def canal_type(mysql_type: str) -> str | None:
@@ -329,9 +340,13 @@ def debezium_field_type(f: Mapping[str, Any]) -> tuple[str | None, Any]:
     """(Spark type, decoder) of one Debezium schema field."""
     name, t = f.get("name"), f.get("type")
     if name == "org.apache.kafka.connect.data.Decimal":
-        params = f.get("parameters") or {}
-        scale = int(params.get("scale", 0))
-        precision = int(params.get("connect.decimal.precision", 38))
+        params = f.get("parameters")
+        params = params if isinstance(params, dict) else {}
+        try:
+            scale = int(params.get("scale", 0))
+            precision = int(params.get("connect.decimal.precision", 38))
+        except (TypeError, ValueError):
+            return None, None  # unreadable parameters: no type information (a lenient model)
 
         def dec(v: Any) -> Any:
             if isinstance(v, str):
@@ -499,25 +514,34 @@ class ReferenceModel:
             if not isinstance(obj, dict):
                 raise Reject("malformed", "payload is not an object")
         if "ddl" in obj and "op" not in obj:  # schema-change topic record
-            src = obj.get("source") or {}
+            src = obj.get("source")
+            src = src if isinstance(src, dict) else {}
+            ts = src.get("ts_ms")
             self.ddl.append(Ddl(obj.get("databaseName") or src.get("db"), src.get("table"),
                                 "ddl", str(obj["ddl"]),
-                                ms_to_dt(src["ts_ms"]) if "ts_ms" in src else None, source_file))
+                                ms_to_dt(ts) if isinstance(ts, int) else None, source_file))
             raise Skip()
         src = obj.get("source")
         if not isinstance(src, dict):
             raise Reject("malformed", "no source block")
         op = obj.get("op")
-        if op not in DEBEZIUM_OPS:
+        if not isinstance(op, str) or op not in DEBEZIUM_OPS:
             raise Reject("unknown_op", f"op {op!r}")
         if not isinstance(src.get("file"), str) or not isinstance(src.get("pos"), int):
             raise Reject("malformed", "source.file/pos missing")
         hints: dict[str, tuple[str | None, Any]] = {}
         if isinstance(schema, dict):
-            for f in schema.get("fields") or []:
+            fields = schema.get("fields")
+            for f in fields if isinstance(fields, list) else []:
+                if not isinstance(f, dict):
+                    continue  # not a field: no name, no hints
                 if f.get("field") in ("after", "before") and f.get("type") == "struct":
-                    for cf in f.get("fields") or []:
-                        hints[cf["field"]] = debezium_field_type(cf)
+                    columns = f.get("fields")
+                    for cf in columns if isinstance(columns, list) else []:
+                        if isinstance(cf, dict) and isinstance(cf.get("field"), str):
+                            hints[cf["field"]] = debezium_field_type(cf)
+                        elif f.get("field") == "after":  # the after image's types are unknown
+                            raise Reject("malformed", "a schema field of after without a name")
         before, after = obj.get("before"), obj.get("after")
         kind = DEBEZIUM_OPS[op]
         row = before if kind == "delete" else after
@@ -546,6 +570,8 @@ class ReferenceModel:
             base = (1, ts, obj.get("xid") or 0)
         else:
             raise Reject("malformed", f"position {pos!r}")
+        if not isinstance(typ, str):
+            raise Reject("unknown_op", f"type {typ!r}")
         if typ in MAXWELL_DDL_TYPES:
             self.ddl.append(Ddl(obj.get("database"), obj.get("table"), typ, str(obj.get("sql")),
                                 datetime.fromtimestamp(ts, UTC) if isinstance(ts, int) else None,
@@ -576,10 +602,11 @@ class ReferenceModel:
                                 source_file))
             raise Skip()
         typ = obj.get("type")
-        if typ not in CANAL_OPS:
+        if not isinstance(typ, str) or typ not in CANAL_OPS:
             raise Reject("unknown_op", f"type {typ!r}")
+        mid = 0 if mid is None else mid  # a message without an id orders as id 0
         if not isinstance(es, int) or not isinstance(mid, int):
-            raise Reject("malformed", "es/id missing")
+            raise Reject("malformed", "es missing, or es/id not a whole number")
         data, old = obj.get("data"), obj.get("old")
         if not isinstance(data, list) or not data:
             raise Reject("malformed", "data is not a non-empty array")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import json
+import re
 
 from cdc_lake.cdc.formats import parser_for
 
@@ -157,6 +159,10 @@ def test_order_values_the_order_key_cannot_hold_are_errors_not_a_different_order
             mx(xid=-7, position=None): f"xid -7 does not fit the order key (0 to {'9' * 20})",
             mx(position="binlog:4"): "position's binlog file name does not end in a number (the "
                                      'number orders binlog files): "binlog:4"',
+            # a type that is not a string: its text held a '-', so it went to the DDL log
+            # instead of the quarantine (fuzzer, slow tier)
+            mx(type={"a": "x-y"}): 'unknown type {"a":"x-y"}',
+            mx(type=-5): "unknown type -5",
         },
         "canal": {
             cn(es=253402300799999, id=2**63 - 1): None,
@@ -165,6 +171,12 @@ def test_order_values_the_order_key_cannot_hold_are_errors_not_a_different_order
                 "es 9999999999999999 is not a commit time in years 1 to 9999 (read as "
                 "milliseconds since 1970)",
             cn(id=-3): f"id -3 does not fit the order key (0 to {'9' * 20})",
+            # present but not a whole number: it ordered the message as id 0 (fuzzer, slow tier)
+            cn(id=[None]): "id is not a whole number up to 9223372036854775807: [null]",
+            cn(id="7"): 'id is not a whole number up to 9223372036854775807: "7"',
+            cn(id=1.5): "id is not a whole number up to 9223372036854775807: 1.5",
+            cn(id=2**64): f"id is not a whole number up to 9223372036854775807: {2**64}",
+            cn(id=None, es=1700000000001): None,  # absent (JSON null): orders as id 0
         },
         "debezium": {
             dbz(file="mysql-bin.9999999999", pos=2**63 - 1, row=9_999_999_999): None,
@@ -194,3 +206,35 @@ def test_order_values_the_order_key_cannot_hold_are_errors_not_a_different_order
         assert {r["_line"]: r["_error"] for r in rows} == expected, fmt
         ok = sorted((r["seq"], r["_line"]) for r in rows if r["_error"] is None)
         assert all(r["seq"] for r in rows if r["_error"] is None), ok
+
+
+def _reads_per_path(plan: str) -> dict[str, int]:
+    """How often each JSON path below the top is read (``try_variant_get(..., $.path, ...)``) in
+    a plan's text (``$`` itself: a typed read of a column already read, each its own)."""
+    return dict(collections.Counter(re.findall(r"try_variant_get\([^,()]+, (\$[.\[][^,]*),", plan)))
+
+
+def test_each_parser_reads_an_envelope_field_once_per_line(spark):
+    """A performance guard without timing: b207d4f (2026-12-01) made the Maxwell parser evaluate
+    the position's two regexes about twenty times per line (a 200k-event parse +50%), because
+    Spark re-evaluates an expression in every ``CASE`` branch and column that uses it unless a
+    projection of its own computes it first; the Debezium and Canal parsers read envelope fields
+    that way too (Debezium's binlog file name regex three times). In each parser's optimized
+    plan, a JSON path is read at most twice (its value, and for some the raw value an error
+    message quotes on a bad line), and so is each regex. (Before: Debezium read ``$.op`` 41
+    times, ``$.source.file`` 24 times with 18 regexes over it; Canal ``$.es`` 18 times; a 94k-line
+    Debezium parse took 35-41 s, after 11-16 s: ``benchmarks/bench_parse.py``.)"""
+    df = spark.createDataFrame([("f.json", "{}")], "_file string, _line string")
+    key, before = "spark.sql.debug.maxToStringFields", spark.conf.get("spark.sql.debug.maxToStringFields")
+    spark.conf.set(key, "100000")  # the plan's text lists every column (default: 25, then "...")
+    try:
+        plans = {fmt: parser_for(fmt)(df)._jdf.queryExecution().optimizedPlan().toString()
+                 for fmt in ("maxwell", "debezium", "canal")}
+    finally:
+        spark.conf.set(key, before)
+    for fmt, plan in plans.items():
+        reads = _reads_per_path(plan)
+        assert reads, (fmt, plan[:2000])  # the pattern still finds the reads
+        assert {p: n for p, n in reads.items() if n > 2} == {}, (fmt, reads)
+        regexes = collections.Counter(re.findall(r"regexp_extract\(([^)]*\)[^)]*)\)", plan))
+        assert {r: n for r, n in regexes.items() if n > 2} == {}, (fmt, regexes)

@@ -43,7 +43,7 @@ def parse(lines: DataFrame) -> DataFrame:
     # (the line's read position is taken on the file scan: finalize_order needs it)
     df = lines.select("_file", "_line", line_position().alias(ORDER_COLUMN), v.alias("v")).select(
         "_file", "_line", ORDER_COLUMN, "v", F.col("v").isNull().alias("bad"),
-        vget(F.col("v"), "$.type", "string").alias("typ"),
+        vget(F.col("v"), "$.type").alias("type_v"),
         vget(F.col("v"), "$.position").alias("position_v"),
         vget(F.col("v"), "$.ts").alias("ts_v"),
         # Maxwell omits xoffset on a transaction's commit row: it is the transaction's last row.
@@ -62,12 +62,15 @@ def parse(lines: DataFrame) -> DataFrame:
     # the typed reads from the two small variants (a value of another type reads as null: the
     # error below tells it from an absent field)
     df = df.select("*", vget(F.col("position_v"), "$", "string").alias("position"),
-                   vget(F.col("ts_v"), "$", "bigint").alias("ts"))
+                   vget(F.col("ts_v"), "$", "bigint").alias("ts"),
+                   # a type that is not a JSON string is unknown (as text, an object or a
+                   # negative number holding a '-' read as a DDL type: logged, not quarantined)
+                   F.when(F.schema_of_variant("type_v") == "STRING",
+                          vget(F.col("type_v"), "$", "string")).alias("typ"))
     # The position's parts, once per line: as expressions, the seq, range and error columns
     # below evaluated the two regexes about twenty times per line (a 200k-event batch's parse
     # +50%, 2026-12-01). A third projection, kept apart as the two above are.
-    position = F.regexp_extract("position", r"^(.*):(\d+)$", 2)
-    df = df.select("*", position.alias("pos_off"),
+    df = df.select("*", F.regexp_extract("position", r"^(.*):(\d+)$", 2).alias("pos_off"),
                    binlog_file_number(F.regexp_extract("position", r"^(.*):(\d+)$", 1)).alias("file_no"))
     typ = F.col("typ")
     op = F.create_map(*[x for k, o in _OPS.items() for x in (F.lit(k), F.lit(o))])[typ]
@@ -100,9 +103,8 @@ def parse(lines: DataFrame) -> DataFrame:
     data = F.col("data")
     error = (F.when(F.col("bad"), json_failure(F.col("_line")))
              .when(F.col("_kind") != "row", F.lit(None))
-             .when(typ.isNull(), F.lit("missing type"))
-             .when(F.col("op").isNull(),
-                   F.concat(F.lit("unknown type "), F.to_json(vget(F.col("v"), "$.type"))))
+             .when(~_present("type_v"), F.lit("missing type"))
+             .when(F.col("op").isNull(), F.concat(F.lit("unknown type "), F.to_json(F.col("type_v"))))
              .when(F.col("tbl").isNull(), F.lit("missing table"))
              # present but unusable: such a row sorted as if it had no position (before every
              # positioned row: the newest update lost) or got no commit time (an SCD2 version
